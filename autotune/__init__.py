@@ -1,0 +1,32 @@
+"""autotune: find, verify and store the fastest configuration of parameterized CUDA kernels.
+
+Importing this package touches neither the GPU nor Optuna; those load when they are first used.
+"""
+
+from .errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
+from .evaluate import Candidate, Settings, Status, TrialResult, evaluate
+from .expr import Expression
+from .space import Config, Param, Space
+from .spec import Spec, load_spec, parse_spec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutotuneError",
+    "Candidate",
+    "Config",
+    "ConstraintError",
+    "Expression",
+    "NoGPUError",
+    "Param",
+    "Settings",
+    "Space",
+    "Spec",
+    "SpecError",
+    "Status",
+    "StoreError",
+    "TrialResult",
+    "evaluate",
+    "load_spec",
+    "parse_spec",
+]

@@ -1,0 +1,288 @@
+"""The ``autotune`` command: thin wrappers over library functions."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import random
+import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from .errors import AutotuneError
+
+DESCRIPTION = """\
+Tune parameterized CUDA kernels (GEMM, ...) for the GPU you run on.
+
+A spec (YAML) names the kernel family and template, the dtype, the problem shapes, the parameter
+space with its constraints, the budget and the sampler. `autotune run` compiles each candidate with
+NVRTC, verifies it against a float64 reference on fresh random inputs, times it with CUDA events
+against the vendor library, and stores the fastest verified configuration per shape in
+tuned/<gpu-key>/<kernel>.json. Studies live in runs/ so an interrupted run resumes where it stopped.
+"""
+
+RUN_EPILOG = """\
+examples:
+  autotune run configs/gemm.yaml                      tune every shape of the spec
+  autotune run configs/gemm.yaml --shape 4096x4096x4096 --minutes 2
+  autotune run configs/gemm.yaml --compile-only --arch sm_90 --limit 20
+                                                      compile a sample of candidates, no GPU needed
+  autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser(
+        "run",
+        help="tune the kernels of a spec (or only compile them with --compile-only)",
+        description="Tune every shape of a spec; rerunning the same command resumes the stored studies.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("spec", help="path to a YAML tuning spec, e.g. configs/gemm.yaml")
+    run.add_argument("--shape", action="append", metavar="MxNxK", help="tune only this shape (repeatable)")
+    run.add_argument("--trials", type=int, metavar="N", help="evaluated candidates per shape (overrides budget.trials)")
+    run.add_argument("--minutes", type=float, metavar="M", help="wall time per shape (overrides budget.minutes)")
+    run.add_argument("--sampler", choices=("tpe", "random", "gp", "cmaes", "brute"), help="override the spec's sampler")
+    run.add_argument(
+        "--storage", metavar="URL",
+        help="Optuna storage: a journal file path or any storage URL (default runs/<spec>/<gpu-key>.journal)",
+    )  # fmt: skip
+    run.add_argument("--runs-dir", default="runs", type=Path, help="where default study journals go (default runs/)")
+    run.add_argument("--tuned-dir", default="tuned", type=Path, help="where best configurations go (default tuned/)")
+    run.add_argument("--force", action="store_true", help="replace stored entries even when they were faster")
+    run.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="parallel compiles (default: cores)"
+    )
+    run.add_argument("--compile-only", action="store_true", help="render and compile candidates; no GPU needed")
+    run.add_argument("--arch", metavar="sm_XX", help="target architecture for --compile-only (default: this GPU's)")
+    run.add_argument(
+        "--limit", type=int, metavar="N", help="with --compile-only: compile a seeded sample of N candidates"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+    except AutotuneError as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\nautotune: interrupted; finished trials are saved, run the same command to resume", file=sys.stderr)
+        return 130
+    return 2
+
+
+def _positive(name: str, v: float | None) -> None:
+    if v is not None and v <= 0:
+        raise AutotuneError(f"{name} must be positive, got {v}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .spec import load_spec
+
+    _positive("--trials", args.trials)
+    _positive("--minutes", args.minutes)
+    _positive("--jobs", args.jobs)
+    _positive("--limit", args.limit)
+    if args.arch and not args.compile_only:
+        raise AutotuneError("--arch only applies with --compile-only; a tuning run uses the GPU's own arch")
+    spec = load_spec(args.spec)
+    problems = list(spec.problems)
+    if args.shape:
+        wanted = {s.replace(" ", "") for s in args.shape}
+        unknown = wanted - {p.label for p in problems}
+        if unknown:
+            shapes = ", ".join(p.label for p in problems)
+            raise AutotuneError(f"--shape {sorted(unknown)[0]} is not in {spec.path}; its shapes are {shapes}")
+        problems = [p for p in problems if p.label in wanted]
+    if args.sampler:
+        from dataclasses import replace
+
+        spec = replace(spec, sampler=args.sampler)
+    if args.compile_only:
+        return compile_only(spec, args)
+    return tune(spec, problems, args)
+
+
+def _pool(jobs: int) -> Executor | None:
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None
+
+
+def compile_only(spec: Any, args: argparse.Namespace) -> int:
+    from .compiler import compile_source, nvrtc_version, require_nvrtc
+    from .evaluate import Candidate, Settings, render_candidate, static_check
+    from .report import compile_table
+
+    require_nvrtc()
+    arch = args.arch
+    max_shared = 227 * 1024
+    if arch is None:
+        from .device import current_gpu
+
+        gpu = current_gpu()
+        arch, max_shared = gpu.arch, gpu.max_shared_per_block
+    if not arch.startswith("sm_") or not arch[3:].isdigit():
+        raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
+    settings = Settings(arch=arch, tolerance=1.0, max_shared_bytes=max_shared)
+    problem = spec.problems[0]  # kernels take the shape at run time; any problem renders the same source
+    candidates, invalid = [], 0
+    for config in spec.space.enumerate():
+        cand = Candidate(spec.kernel, spec.template, problem, config)
+        if static_check(cand, settings) is None:
+            candidates.append(cand)
+        else:
+            invalid += 1
+    total = len(candidates)
+    if args.limit and args.limit < total:
+        candidates = random.Random(spec.seed).sample(candidates, args.limit)
+    rendered = [render_candidate(cand, settings) for cand in candidates]
+    print(
+        f"{spec.path}: {total} valid candidates ({invalid} rejected before compiling); "
+        f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
+        file=sys.stderr,
+    )
+    pool = _pool(min(args.jobs, len(rendered)))
+    try:
+        if pool is None:
+            results = [compile_source(c.source, c.kernel_name, arch) for c in rendered]
+        else:
+            results = list(pool.map(compile_source, [c.source for c in rendered], [c.kernel_name for c in rendered],
+                                    [arch] * len(rendered)))  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    rows = [
+        {
+            "kernel": r.kernel_name,
+            "ok": "yes" if r.ok else "NO",
+            "registers": r.registers if r.ok else "-",
+            "static smem": r.static_smem if r.ok else "-",
+            "dynamic smem": _dynamic_smem(spec, c),
+            "spills": r.spills if r.ok else "-",
+            "compile s": f"{r.seconds:.2f}",
+            "error": r.error or "",
+        }
+        for c, r in zip(rendered, results, strict=True)
+    ]
+    print(compile_table(rows))
+    failed = sum(not r.ok for r in results)
+    spilled = sum(r.ok and r.spills > 0 for r in results)
+    print(f"{len(results) - failed} compiled, {failed} failed, {spilled} spill registers", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _dynamic_smem(spec: Any, c: Any) -> int:
+    from .kernels import FAMILIES
+
+    return FAMILIES[spec.kernel].launch(spec.template, c.candidate.config.as_dict(), c.candidate.problem).shared_bytes
+
+
+def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
+    from .compiler import nvrtc_version, require_nvrtc
+    from .device import current_gpu
+    from .evaluate import Settings
+    from .progress import Progress
+    from .report import final_table
+    from .search import default_storage, open_storage, tune_shape
+    from .store import entry_key, merge, read, tuned_file
+    from .verify import tolerance_for
+
+    gpu = current_gpu()
+    require_nvrtc()
+    out_path = tuned_file(args.tuned_dir, gpu.key, spec.kernel)
+    read(out_path)  # a corrupt results file is reported now, before any tuning time is spent
+    storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
+    storage = open_storage(storage_url)
+    settings = Settings(
+        arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance),
+        max_shared_bytes=gpu.max_shared_per_block, seed=spec.seed,
+    )  # fmt: skip
+    trials = args.trials if args.trials is not None else spec.budget.trials
+    minutes = args.minutes if args.minutes is not None else spec.budget.minutes
+    if args.trials is not None and args.minutes is None:
+        minutes = None
+    if args.minutes is not None and args.trials is None:
+        trials = None
+    print(f"{gpu.name} ({gpu.key}); studies in {storage_url}", file=sys.stderr)
+    versions = _versions(gpu, nvrtc_version())
+    outcomes, stored = [], {}
+    pool = _pool(args.jobs)
+    try:
+        for i, problem in enumerate(problems, 1):
+            bar = Progress(f"[{i}/{len(problems)}] {problem.label}", trials, minutes * 60 if minutes else None)
+            outcome = tune_shape(
+                spec, problem, settings, storage, trials=trials, minutes=minutes,
+                pool=pool, batch=max(1, args.jobs), progress=bar.update,
+            )  # fmt: skip
+            bar.close(outcome.stopped)
+            outcomes.append(outcome)
+            if outcome.best is not None:
+                entry = _entry(spec, outcome, settings, versions)
+                header = {"kernel": spec.kernel, "gpu": {"name": gpu.name, "arch": gpu.arch, "key": gpu.key,
+                                                         "multiprocessors": gpu.multiprocessors}}  # fmt: skip
+                key = entry_key(spec.dtype, "NN", problem.label)
+                result = merge(out_path, header, key, entry, force=args.force)
+                stored[problem.label] = "yes" if result.stored else "no (kept faster)"
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    print()
+    print(final_table(outcomes, stored))
+    print(f"\nresults: {out_path}")
+    return 0 if all(o.best is not None for o in outcomes) else 1
+
+
+def _versions(gpu: Any, nvrtc: str) -> dict[str, str]:
+    import cupy
+
+    return {"cuda_driver": gpu.driver, "cuda_runtime": gpu.runtime, "nvrtc": nvrtc, "cupy": cupy.__version__}
+
+
+def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[str, Any]:
+    b = o.best
+    t = b.timing
+    return {
+        "template": spec.template,
+        "params": b.config.as_dict(),
+        "kernel_name": b.kernel_name,
+        "template_hash": b.template_hash,
+        "source_hash": b.source_hash,
+        "verified": True,
+        "error": b.error,
+        "tolerance": settings.tolerance,
+        "median_ms": t.median_ms,
+        "min_ms": t.min_ms,
+        "max_ms": t.max_ms,
+        "iqr_ms": t.iqr_ms,
+        "repeats": t.repeats,
+        "tflops": b.tflops,
+        "gbps": b.gbps,
+        "registers": b.registers,
+        "vendor": o.vendor_name,
+        "vendor_median_ms": o.vendor.median_ms if o.vendor else None,
+        "vendor_ratio": o.vendor_ratio,
+        "versions": versions,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "trials": o.evaluated,
+        "spec": spec.path,
+        "study": o.study_name,
+    }

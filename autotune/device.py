@@ -1,0 +1,59 @@
+"""The GPU we run on: identity, limits and the key its results are stored under."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import NoGPUError
+
+
+@dataclass(frozen=True)
+class GPUInfo:
+    name: str
+    arch: str  # e.g. "sm_90"
+    multiprocessors: int
+    max_shared_per_block: int  # opt-in limit in bytes
+    l2_bytes: int
+    driver: str
+    runtime: str
+
+    @property
+    def key(self) -> str:
+        """Directory name under tuned/, e.g. ``nvidia-h200-sm90``."""
+        slug = re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+        return f"{slug}-{self.arch.replace('_', '')}"
+
+
+def _version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def current_gpu() -> GPUInfo:
+    """Describe device 0, or raise NoGPUError with one sentence saying why there is none."""
+    try:
+        import cupy as cp
+    except ImportError:
+        raise NoGPUError("CuPy is not installed, so no GPU can be used; install cupy-cuda13x") from None
+    try:
+        count = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - every flavour of "no driver / no device" reads the same
+        raise NoGPUError(
+            f"no usable CUDA GPU ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+            "use --compile-only --arch sm_90 to compile without one"
+        ) from None
+    if count < 1:
+        raise NoGPUError("no CUDA GPU is visible; use --compile-only --arch sm_90 to compile without one")
+    dev = cp.cuda.Device(0)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    attrs = dev.attributes
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return GPUInfo(
+        name=name,
+        arch=f"sm_{dev.compute_capability}",
+        multiprocessors=attrs["MultiProcessorCount"],
+        max_shared_per_block=attrs.get("MaxSharedMemoryPerBlockOptin", 48 * 1024),
+        l2_bytes=attrs.get("L2CacheSize", 0),
+        driver=_version(cp.cuda.runtime.driverGetVersion()),
+        runtime=_version(cp.cuda.runtime.runtimeGetVersion()),
+    )

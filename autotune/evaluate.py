@@ -1,0 +1,229 @@
+"""One candidate, start to end: check -> render -> compile -> verify -> time -> TrialResult.
+
+``prepare`` is pure CPU work (it can run in a process pool or on a machine without a GPU);
+``measure`` needs the GPU. Neither keeps state between calls beyond a cache of loaded modules
+keyed by the cubin's content, so the result depends only on (candidate, settings). No Optuna here.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import verify
+from .bench import L2Flusher, Timing, TimingPlan, time_launches
+from .compiler import CompileResult, compile_source
+from .kernels import FAMILIES
+from .space import Config
+from .templates import render
+
+
+class Status(enum.StrEnum):
+    COMPLETE = "complete"
+    INVALID = "invalid"  # breaks a constraint or a device limit: cost no compile
+    COMPILE_FAILED = "compile-failed"
+    VERIFY_FAILED = "verify-failed"
+    LAUNCH_FAILED = "launch-failed"
+    TIMED_OUT = "timed-out"
+    PRUNED = "pruned"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str
+    template: str
+    problem: Any
+    config: Config
+
+
+@dataclass(frozen=True)
+class Settings:
+    arch: str
+    tolerance: float
+    max_shared_bytes: int = 48 * 1024
+    timing: TimingPlan = field(default_factory=TimingPlan)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A rendered and compiled candidate, ready for the GPU (or the reason it is not)."""
+
+    candidate: Candidate
+    kernel_name: str
+    source_hash: str = ""
+    template_hash: str = ""
+    source: str = field(default="", repr=False)
+    compiled: CompileResult | None = None
+    status: Status | None = None  # set when preparation already decided the fate
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    status: Status
+    reason: str | None
+    kernel_name: str
+    config: Config
+    timing: Timing | None = None
+    error: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    registers: int | None = None
+    shared_bytes: int | None = None
+    spills: int | None = None
+    compile_s: float | None = None
+    source_hash: str = ""
+    template_hash: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.COMPLETE
+
+    @property
+    def median_ms(self) -> float:
+        return self.timing.median_ms if self.timing else math.inf
+
+
+def static_check(candidate: Candidate, settings: Settings) -> str | None:
+    """Why the candidate cannot run on this device, decided without compiling."""
+    family = FAMILIES[candidate.kernel]
+    params = candidate.config.as_dict()
+    reason = family.check(candidate.template, params)
+    if reason:
+        return reason
+    launch = family.launch(candidate.template, params, candidate.problem)
+    if launch.shared_bytes > settings.max_shared_bytes:
+        return f"needs {launch.shared_bytes} bytes of shared memory, the device allows {settings.max_shared_bytes}"
+    return None
+
+
+def render_candidate(candidate: Candidate, settings: Settings) -> Compiled:
+    """Static checks and rendering; the result still needs a compile (see :func:`finish`)."""
+    family = FAMILIES[candidate.kernel]
+    params = candidate.config.as_dict()
+    name = family.kernel_name(candidate.template, params)
+    reason = static_check(candidate, settings)
+    if reason:
+        return Compiled(candidate, name, status=Status.INVALID, reason=reason)
+    rendered = render(candidate.kernel, candidate.template, params)
+    return Compiled(candidate, name, rendered.source_hash, rendered.template_hash, rendered.source)
+
+
+def finish(c: Compiled, result: CompileResult) -> Compiled:
+    """Attach a compile result; failed compiles and spilling kernels end here."""
+    base = replace(c, compiled=result)
+    if not result.ok:
+        return replace(base, status=Status.COMPILE_FAILED, reason=result.error)
+    if result.spills:
+        return replace(base, status=Status.INVALID, reason=f"spills {result.spills} bytes to local memory")
+    return base
+
+
+def prepare(candidate: Candidate, settings: Settings) -> Compiled:
+    """Static checks, render and compile. CPU only."""
+    c = render_candidate(candidate, settings)
+    if c.status is not None:
+        return c
+    return finish(c, compile_source(c.source, c.kernel_name, settings.arch))
+
+
+_modules: dict[bytes, Any] = {}
+_seeds = itertools.count()
+
+
+def _load(compiled: CompileResult, shared_bytes: int) -> Any:
+    """Load a cubin (cached by content) and raise the dynamic shared-memory limit if needed."""
+    import cupy as cp
+    from cupy_backends.cuda.api import driver
+
+    fn = _modules.get(compiled.cubin)  # type: ignore[arg-type]
+    if fn is None:
+        module = cp.cuda.function.Module()
+        module.load(compiled.cubin)
+        fn = (module, module.get_function(compiled.kernel_name))
+        _modules[compiled.cubin] = fn  # type: ignore[index]
+    if shared_bytes > 48 * 1024:
+        driver.funcSetAttribute(fn[1].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
+    return fn[1]
+
+
+def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> TrialResult:
+    r = c.compiled
+    return TrialResult(
+        status,
+        reason,
+        c.kernel_name,
+        c.candidate.config,
+        registers=r.registers if r else None,
+        spills=r.spills if r else None,
+        compile_s=r.seconds if r else None,
+        source_hash=c.source_hash,
+        template_hash=c.template_hash,
+        **extra,
+    )
+
+
+def measure(c: Compiled, settings: Settings, flush: L2Flusher | None = None) -> TrialResult:
+    """Verify on fresh random inputs, then time. GPU required."""
+    import cupy as cp
+    from cupy_backends.cuda.api.driver import CUDADriverError
+
+    if c.status is not None:
+        return _result(c, c.status, c.reason)
+    assert c.compiled is not None
+    cand = c.candidate
+    family = FAMILIES[cand.kernel]
+    problem = cand.problem
+    launch = family.launch(cand.template, cand.config.as_dict(), problem)
+    try:
+        fn = _load(c.compiled, launch.shared_bytes)
+        inputs = family.make_inputs(problem, seed=settings.seed * 1_000_003 + next(_seeds))
+        out = family.new_output(problem)
+        args = family.kernel_args(problem, inputs, out)
+        verify.poison(out)
+
+        def run() -> None:
+            fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+        run()
+        cp.cuda.Device().synchronize()
+    except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
+        return _result(c, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
+    ref = family.reference(problem, inputs)
+    verdict = verify.compare(out, ref, settings.tolerance)
+    del ref
+    shared = launch.shared_bytes + (c.compiled.static_smem or 0)
+    if not verdict.ok:
+        return _result(c, Status.VERIFY_FAILED, verdict.reason, error=verdict.error, shared_bytes=shared)
+    timing = time_launches(run, flush or L2Flusher(), settings.timing)
+    seconds = timing.median_ms / 1e3
+    return _result(
+        c,
+        Status.COMPLETE,
+        None,
+        timing=timing,
+        error=verdict.error,
+        tflops=problem.flops / seconds / 1e12,
+        gbps=problem.bytes / seconds / 1e9,
+        shared_bytes=shared,
+    )
+
+
+def evaluate(candidate: Candidate, settings: Settings, flush: L2Flusher | None = None) -> TrialResult:
+    """The whole pipeline for one candidate."""
+    return measure(prepare(candidate, settings), settings, flush)
+
+
+def time_vendor(kernel: str, problem: Any, flush: L2Flusher, plan: TimingPlan) -> tuple[str, Timing] | None:
+    """The vendor library on the same problem, in this process, timed the same way."""
+    family = FAMILIES[kernel]
+    inputs = family.make_inputs(problem, seed=12345)
+    vendor = family.vendor(problem, inputs)
+    if vendor is None:
+        return None
+    name, fn = vendor
+    return name, time_launches(fn, flush, plan)

@@ -1,0 +1,178 @@
+"""Safe evaluation of constraint expressions such as ``BM % WM == 0 and BM * BK <= 4096``.
+
+Expressions are parsed with :mod:`ast` and only a whitelist of nodes is interpreted: numbers,
+strings, booleans, names of parameters, arithmetic, comparisons, boolean logic, conditional
+expressions and calls of a few pure functions. Nothing is ever passed to ``eval``; attribute
+access, subscripts, lambdas, comprehensions and calls of anything else are rejected when the
+expression is compiled, before any candidate is looked at.
+
+>>> Expression("BM % WM == 0 and min(BM, BN) >= 32").evaluate({"BM": 128, "WM": 64, "BN": 64})
+True
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConstraintError
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+}
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+
+
+def _is_pow2(x: int) -> bool:
+    return isinstance(x, int) and x > 0 and x & (x - 1) == 0
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "ceil": math.ceil,
+    "floor": math.floor,
+    "log2": math.log2,
+    "gcd": math.gcd,
+    "is_pow2": _is_pow2,
+}
+
+_MAX_POWER = 64  # keeps ``2 ** 10 ** 10`` from stalling the process
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A compiled, whitelisted expression; ``names`` are the parameters it reads."""
+
+    text: str
+    names: frozenset[str] = field(init=False)
+    _tree: ast.Expression = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            tree = ast.parse(self.text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ConstraintError(f"cannot parse {self.text!r}: {exc.msg}") from None
+        names: set[str] = set()
+        for node in ast.walk(tree):
+            _check_node(node, self.text)
+            if isinstance(node, ast.Name) and node.id not in FUNCTIONS:
+                names.add(node.id)
+        object.__setattr__(self, "_tree", tree)
+        object.__setattr__(self, "names", frozenset(names))
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        """Value of the expression with parameter names bound from ``values``."""
+        return _eval(self._tree.body, values, self.text)
+
+
+_ALLOWED = (
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.Compare,
+    ast.IfExp,
+    ast.Call,
+    ast.Tuple,
+    ast.List,
+    *_BINARY,
+    *_UNARY,
+    *_COMPARE,
+)
+
+
+def _check_node(node: ast.AST, text: str) -> None:
+    if not isinstance(node, _ALLOWED):
+        raise ConstraintError(f"{text!r} uses {type(node).__name__}, which constraints may not use")
+    if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool)):
+        raise ConstraintError(f"{text!r} contains the constant {node.value!r}, which is not a number or string")
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            raise ConstraintError(
+                f"{text!r} calls something other than the allowed functions ({', '.join(sorted(FUNCTIONS))})"
+            )
+        if node.keywords:
+            raise ConstraintError(f"{text!r} passes keyword arguments, which constraints may not use")
+    if isinstance(node, ast.Name) and node.id.startswith("__"):
+        raise ConstraintError(f"{text!r} names {node.id!r}; dunder names are not allowed")
+
+
+def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in values:
+            return values[node.id]
+        raise ConstraintError(f"{text!r} names {node.id!r}, which is not a parameter")
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, values, text), _eval(node.right, values, text)
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_POWER:
+            raise ConstraintError(f"{text!r} raises to the power {right}, above the limit of {_MAX_POWER}")
+        try:
+            return _BINARY[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise ConstraintError(f"{text!r} divides by zero for {dict(values)}") from None
+        except TypeError as exc:
+            raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_eval(node.operand, values, text))
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            return all(_eval(v, values, text) for v in node.values)
+        return any(_eval(v, values, text) for v in node.values)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, values, text)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = _eval(comparator, values, text)
+            try:
+                ok = _COMPARE[type(op)](left, right)
+            except TypeError as exc:
+                raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
+            if not ok:
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        branch = node.body if _eval(node.test, values, text) else node.orelse
+        return _eval(branch, values, text)
+    if isinstance(node, ast.Call):
+        func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
+        args = [_eval(a, values, text) for a in node.args]
+        try:
+            return func(*args)
+        except (TypeError, ValueError) as exc:
+            raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_eval(e, values, text) for e in node.elts)
+    raise ConstraintError(f"{text!r} uses {type(node).__name__}, which constraints may not use")

@@ -1,0 +1,67 @@
+"""What every kernel family provides to the rest of the flow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Params = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """A template of a family: its file, its parameters and the dtypes it implements."""
+
+    name: str
+    params: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+
+
+class Problem(Protocol):
+    dtype: str
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def flops(self) -> int: ...
+
+    @property
+    def bytes(self) -> int: ...
+
+
+class Family(Protocol):
+    """A kernel family (GEMM, convolution). GPU-touching methods import CuPy lazily."""
+
+    name: str
+    templates: Mapping[str, TemplateInfo]
+    shape_help: str
+
+    def problem(self, shape: Any, dtype: str) -> Problem: ...
+
+    def derived(self, template: str, params: Params) -> dict[str, Any]: ...
+
+    def check(self, template: str, params: Params) -> str | None: ...
+
+    def kernel_name(self, template: str, params: Params) -> str: ...
+
+    def launch(self, template: str, params: Params, problem: Any) -> Launch: ...
+
+    def make_inputs(self, problem: Any, seed: int) -> Any: ...
+
+    def reference(self, problem: Any, inputs: Any) -> Any: ...
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any) -> tuple[Any, ...]: ...
+
+    def new_output(self, problem: Any) -> Any: ...
+
+    def vendor(self, problem: Any, inputs: Any) -> tuple[str, Callable[[], Any]] | None: ...

@@ -1,0 +1,376 @@
+"""The Optuna side: one study per (kernel, template, dtype, shape), ask/tell, resumable storage.
+
+Constraints and device limits are checked before anything is compiled; a configuration already in
+the study is answered from it. Candidates are asked for in batches so their compiles can run in a
+process pool while the GPU works through the batch before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .bench import L2Flusher, Timing, TimingPlan
+from .compiler import CompileResult, compile_source
+from .errors import AutotuneError
+from .evaluate import (
+    Candidate,
+    Compiled,
+    Settings,
+    Status,
+    TrialResult,
+    finish,
+    measure,
+    render_candidate,
+    static_check,
+    time_vendor,
+)  # fmt: skip
+from .space import Config
+from .spec import Spec
+from .templates import template_hash
+
+log = logging.getLogger(__name__)
+
+STALE_LIMIT = 2000  # consecutive duplicate or invalid proposals before the space counts as exhausted
+FINAL_TOP_K = 3
+FINAL_PLAN = TimingPlan(warmup=3, min_repeats=10, max_repeats=200, target_ms=400.0)
+
+
+@dataclass(frozen=True)
+class ShapeOutcome:
+    problem: Any
+    study_name: str
+    best: TrialResult | None
+    vendor_name: str | None
+    vendor: Timing | None
+    evaluated: int  # candidates compiled and launched over the study's whole life
+    new: int  # of those, evaluated in this run
+    statuses: dict[str, int] = field(default_factory=dict)
+    stopped: str = ""
+
+    @property
+    def vendor_ratio(self) -> float | None:
+        """Vendor time over our time: above 1 means faster than the vendor library."""
+        if self.best is None or self.vendor is None or self.best.timing is None:
+            return None
+        return self.vendor.median_ms / self.best.timing.median_ms
+
+
+def default_storage(spec: Spec, gpu_key: str, runs_dir: Path) -> str:
+    return str(runs_dir / spec.name / f"{gpu_key}.journal")
+
+
+def open_storage(storage: str) -> Any:
+    """A journal file path or any Optuna storage URL (sqlite:///..., postgresql://...)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if "://" in storage:
+        return optuna.storages.get_storage(storage)
+    Path(storage).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(storage))
+
+
+def make_sampler(name: str, seed: int) -> Any:
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=10)
+    if name in ("random", "brute"):  # brute enqueues every configuration itself, see _proposals
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        _need("torch", "gp")
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "cmaes":
+        _need("cmaes", "cmaes")
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    raise AutotuneError(f"unknown sampler {name!r}")
+
+
+def _need(module: str, sampler: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise AutotuneError(f"sampler {sampler!r} needs the package {module!r}; install it with pip install {module}")
+
+
+def study_name(spec: Spec, problem: Any) -> str:
+    # The template's hash is part of the name: a changed template starts a fresh study.
+    return f"{spec.kernel}.{spec.template}.{spec.dtype}.{problem.label}.{template_hash(spec.kernel, spec.template)[:8]}"
+
+
+_ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
+
+
+def result_attrs(r: TrialResult) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "status": r.status.value,
+        "reason": r.reason,
+        "kernel_name": r.kernel_name,
+        "config_key": r.config.key,
+        "error": r.error,
+        "tflops": r.tflops,
+        "gbps": r.gbps,
+        "registers": r.registers,
+        "shared_bytes": r.shared_bytes,
+        "spills": r.spills,
+        "compile_s": r.compile_s,
+        "source_hash": r.source_hash,
+        "template_hash": r.template_hash,
+    }
+    if r.timing:
+        attrs.update({k: getattr(r.timing, k) for k in _ATTRS})
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+def result_from_trial(t: Any, config: Config) -> TrialResult:
+    a = t.user_attrs
+    timing = Timing(*(a[k] for k in _ATTRS)) if "median_ms" in a else None
+    return TrialResult(
+        Status(a["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
+        a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
+        a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""),
+    )  # fmt: skip
+
+
+def _tell(study: Any, trial: Any, r: TrialResult, extra: dict[str, Any] | None = None) -> None:
+    from optuna.trial import TrialState
+
+    for k, v in {**result_attrs(r), **(extra or {})}.items():
+        trial.set_user_attr(k, v)
+    if r.status is Status.COMPLETE:
+        study.tell(trial, r.timing.median_ms)  # type: ignore[union-attr]
+    elif r.status in (Status.INVALID, Status.PRUNED):
+        # Pruned (not failed) so that TPE counts the region as bad and steers away from it.
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fail_orphans(study: Any) -> None:
+    """Trials left RUNNING by a process of this host that no longer exists were interrupted."""
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.user_attrs.get("owner", "")
+        h, _, pid = owner.rpartition(":")
+        if h == host and pid.isdigit() and not _pid_alive(int(pid)):
+            study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
+@dataclass
+class _State:
+    seen: dict[str, tuple[Any, TrialResult]]
+    evaluated: int = 0
+    new: int = 0
+    stale: int = 0
+    statuses: Counter = field(default_factory=Counter)
+
+
+def tune_shape(
+    spec: Spec,
+    problem: Any,
+    settings: Settings,
+    storage: Any,
+    *,
+    trials: int | None,
+    minutes: float | None,
+    pool: Executor | None = None,
+    batch: int = 1,
+    progress: Callable[[int, str], None] = lambda done, note: None,
+    evaluate_fn: Callable[[Compiled, Settings], TrialResult] | None = None,
+    vendor_fn: Callable[[Any, TimingPlan], tuple[str, Timing] | None] | None = None,
+) -> ShapeOutcome:
+    """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
+
+    ``evaluate_fn`` and ``vendor_fn`` default to the GPU; tests pass fakes.
+    """
+    import optuna
+
+    name = study_name(spec, problem)
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed),
+        direction="minimize", load_if_exists=True,
+    )  # fmt: skip
+    _fail_orphans(study)
+    state = _State(seen={})
+    for t in study.get_trials(deepcopy=False):
+        key = t.user_attrs.get("config_key")
+        if key and t.state.is_finished() and "duplicate_of" not in t.user_attrs and key not in state.seen:
+            r = result_from_trial(t, Config.of(t.params))
+            state.seen[key] = (t, r)
+            state.statuses[r.status.value] += 1
+            if r.status is not Status.INVALID:
+                state.evaluated += 1
+
+    flush = None
+    if evaluate_fn is None:
+        flush = L2Flusher()
+        evaluate_fn = lambda c, s: measure(c, s, flush)  # noqa: E731
+    if vendor_fn is None:
+        vendor_fn = lambda p, plan: time_vendor(spec.kernel, p, flush, plan)  # noqa: E731
+    vendor = vendor_fn(problem, settings.timing)
+
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    stopped = ""
+    proposals = _proposals(spec, study, state)
+    while True:
+        if trials is not None and state.evaluated >= trials:
+            stopped = f"trial budget of {trials} reached"
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            stopped = f"time budget of {minutes:g} min reached"
+            break
+        want = batch if trials is None else min(batch, trials - state.evaluated)
+        pending = _ask_batch(spec, study, problem, settings, state, proposals, want)
+        if pending is None:
+            stopped = "search space exhausted"
+            break
+        for trial, compiled in _compile_batch(pending, settings, pool):
+            r = evaluate_fn(compiled, settings)
+            _tell(study, trial, r)
+            state.seen[r.config.key] = (trial, r)
+            state.statuses[r.status.value] += 1
+            if r.status is not Status.INVALID:
+                state.evaluated += 1
+                state.new += 1
+            progress(state.evaluated, _best_note(state, vendor))
+
+    best = _final_best(spec, problem, settings, state, evaluate_fn)
+    if best is not None and vendor is not None:
+        vendor = vendor_fn(problem, FINAL_PLAN)  # same long plan as the re-timed winner
+    return ShapeOutcome(
+        problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
+        state.evaluated, state.new, dict(state.statuses), stopped,
+    )  # fmt: skip
+
+
+def _best_note(state: _State, vendor: tuple[str, Timing] | None) -> str:
+    done = [r for _, r in state.seen.values() if r.ok]
+    if not done:
+        return "no verified candidate yet"
+    b = min(done, key=lambda r: r.median_ms)
+    note = f"best {b.tflops:.1f} TFLOP/s" if b.tflops else f"best {b.median_ms:.3f} ms"
+    if vendor:
+        note += f" ({vendor[1].median_ms / b.median_ms:.2f}x {vendor[0]})"
+    return note
+
+
+def _proposals(spec: Spec, study: Any, state: _State) -> Iterator[dict[str, Any]] | None:
+    """Configurations to enqueue before the sampler's own: start_from, or all of them for brute."""
+    if spec.sampler == "brute":
+        return (c.as_dict() for c in spec.space.enumerate() if c.key not in state.seen)
+    return (c.as_dict() for c in spec.start_from if c.key not in state.seen)
+
+
+def _ask_batch(
+    spec: Spec, study: Any, problem: Any, settings: Settings, state: _State,
+    proposals: Iterator[dict[str, Any]] | None, want: int,
+) -> list[tuple[Any, Compiled]] | None:  # fmt: skip
+    """Up to ``want`` new, valid candidates, rendered; None once the space looks exhausted."""
+    pending: list[tuple[Any, Compiled]] = []
+    keys: set[str] = set()
+    while len(pending) < want:
+        if state.stale >= STALE_LIMIT:
+            return pending or None
+        fixed = next(proposals, None) if proposals is not None else None
+        if fixed is None and spec.sampler == "brute":
+            return pending or None
+        if fixed is not None:
+            study.enqueue_trial(fixed)
+        trial = study.ask()
+        trial.set_user_attr("owner", _owner())
+        values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
+        config = Config.of(values)
+        if config.key in state.seen or config.key in keys:
+            prev = state.seen.get(config.key)
+            if prev is None:  # proposed twice within one batch: try again later
+                from optuna.trial import TrialState
+
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                _tell(study, trial, prev[1], {"duplicate_of": prev[0].number})
+            state.stale += 1
+            continue
+        candidate = Candidate(spec.kernel, spec.template, problem, config)
+        reason = spec.space.violated(values) or static_check(candidate, settings)
+        if reason:
+            r = TrialResult(Status.INVALID, reason, "", config)
+            _tell(study, trial, r)
+            state.seen[config.key] = (trial, r)
+            state.statuses[r.status.value] += 1
+            state.stale += 1
+            continue
+        state.stale = 0
+        keys.add(config.key)
+        pending.append((trial, render_candidate(candidate, settings)))
+    return pending
+
+
+_compile_cache: dict[tuple[str, str], CompileResult] = {}
+
+
+def _compile_batch(
+    pending: list[tuple[Any, Compiled]], settings: Settings, pool: Executor | None
+) -> Iterator[tuple[Any, Compiled]]:
+    """Compile what the in-process cache lacks, in the pool when there is one, then finish each."""
+    todo = {}
+    for _, c in pending:
+        key = (c.source_hash, settings.arch)
+        if key not in _compile_cache and key not in todo and c.status is None:
+            todo[key] = c
+    if pool is not None and len(todo) > 1:
+        futures = {k: pool.submit(compile_source, c.source, c.kernel_name, settings.arch) for k, c in todo.items()}
+        for k, f in futures.items():
+            _compile_cache[k] = f.result()
+    else:
+        for k, c in todo.items():
+            _compile_cache[k] = compile_source(c.source, c.kernel_name, settings.arch)
+    for trial, c in pending:
+        if c.status is not None:
+            yield trial, c
+        else:
+            yield trial, finish(c, _compile_cache[(c.source_hash, settings.arch)])
+
+
+def _final_best(
+    spec: Spec, problem: Any, settings: Settings, state: _State,
+    evaluate_fn: Callable[[Compiled, Settings], TrialResult],
+) -> TrialResult | None:  # fmt: skip
+    """Re-verify and re-time the top few in this process, longer, so the winner is not noise."""
+    done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
+    longer = replace(settings, timing=FINAL_PLAN)
+    pending = [(None, render_candidate(Candidate(spec.kernel, spec.template, problem, r.config), longer)) for r in done]
+    rechecked = []
+    for (_, c), before in zip(_compile_batch(pending, settings, None), done, strict=True):
+        again = evaluate_fn(c, longer)
+        if again.ok:
+            rechecked.append(again)
+        else:
+            log.warning("%s passed before but fails now: %s", before.kernel_name, again.reason)
+    return min(rechecked, key=lambda r: r.median_ms, default=None)

@@ -1,0 +1,135 @@
+"""Search spaces: ordered parameters with optional conditions, constraints, and frozen configs.
+
+A :class:`Space` is walked in declaration order. A parameter with a ``when`` condition exists only
+if the condition holds for the parameters chosen before it, which is what Optuna's define-by-run
+interface needs. Constraints are checked as soon as every name they read is bound, so enumerating
+a space prunes whole subtrees early.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import ConstraintError
+from .expr import Expression
+
+Value = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable: its name, its ordered candidate values, and when it exists."""
+
+    name: str
+    values: tuple[Value, ...]
+    when: Expression | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """A point of a space: parameter names and values in declaration order. Hashable and stable."""
+
+    params: tuple[tuple[str, Value], ...]
+
+    @classmethod
+    def of(cls, values: Mapping[str, Value]) -> Config:
+        return cls(tuple(values.items()))
+
+    def as_dict(self) -> dict[str, Value]:
+        return dict(self.params)
+
+    @property
+    def key(self) -> str:
+        """Canonical text used to recognise a configuration already evaluated."""
+        return ",".join(f"{k}={_fmt(v)}" for k, v in sorted(self.params))
+
+    def __getitem__(self, name: str) -> Value:
+        return dict(self.params)[name]
+
+
+def _fmt(v: Value) -> str:
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+@dataclass(frozen=True)
+class Space:
+    params: tuple[Param, ...]
+    constraints: tuple[Expression, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def violated(self, values: Mapping[str, Value]) -> str | None:
+        """The first constraint that ``values`` breaks, as text, or None if all hold."""
+        for c in self.constraints:
+            if c.names <= values.keys() and not c.evaluate(values):
+                return c.text
+        return None
+
+    def walk(self, choose: Callable[[Param], Value]) -> dict[str, Value]:
+        """Build one configuration, asking ``choose`` for each parameter that exists."""
+        values: dict[str, Value] = {}
+        for p in self.params:
+            if p.when is None or _condition(p.when, values):
+                values[p.name] = choose(p)
+        return values
+
+    def enumerate(self) -> Iterator[Config]:
+        """Every configuration that satisfies all constraints, in lexicographic order."""
+        # Each constraint is checked at the first depth where all its names can be bound; one that
+        # reads a conditional parameter absent from a configuration does not apply to it.
+        order = self.names
+        checks: list[list[Expression]] = [[] for _ in order]
+        for c in self.constraints:
+            checks[max((order.index(n) for n in c.names), default=0)].append(c)
+
+        def rec(i: int, values: dict[str, Value]) -> Iterator[Config]:
+            if i == len(self.params):
+                yield Config.of(values)
+                return
+            p = self.params[i]
+            if p.when is not None and not _condition(p.when, values):
+                if all(_holds(c, values) for c in checks[i]):
+                    yield from rec(i + 1, values)
+                return
+            for v in p.values:
+                values[p.name] = v
+                if all(_holds(c, values) for c in checks[i]):
+                    yield from rec(i + 1, values)
+                del values[p.name]
+
+        yield from rec(0, {})
+
+    def size_upper_bound(self) -> int:
+        n = 1
+        for p in self.params:
+            n *= len(p.values)
+        return n
+
+
+def _condition(expr: Expression, values: Mapping[str, Value]) -> bool:
+    # A condition over a parameter that does not exist (itself conditional) is false.
+    if not expr.names <= values.keys():
+        return False
+    return bool(expr.evaluate(values))
+
+
+def _holds(c: Expression, values: Mapping[str, Value]) -> bool:
+    return not c.names <= values.keys() or bool(c.evaluate(values))
+
+
+def check_names(space: Space, where: Callable[[Expression], str]) -> None:
+    """Raise if a constraint or condition reads a name that is not a parameter."""
+    known = set(space.names)
+    exprs: Sequence[Expression] = [*space.constraints, *(p.when for p in space.params if p.when is not None)]
+    for e in exprs:
+        unknown = sorted(e.names - known)
+        if unknown:
+            raise ConstraintError(f"{where(e)}: {e.text!r} names {', '.join(unknown)}, which is not a parameter")
+
+
+def first_n(it: Iterator[Config], n: int | None) -> list[Config]:
+    return list(itertools.islice(it, n)) if n is not None else list(it)

@@ -1,0 +1,298 @@
+"""Tuning specs: YAML in, a frozen and validated :class:`Spec` out.
+
+Every problem is reported as a :class:`SpecError` that names the file, the key and what was
+expected, e.g. ``configs/gemm.yaml: params.BM: expected a list of values or a mapping with
+'values', 'range' or 'pow2', got 128``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConstraintError, SpecError
+from .expr import Expression
+from .kernels import FAMILIES
+from .space import Config, Param, Space, Value, check_names
+
+SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute")
+OBJECTIVES = ("time",)
+TOP_KEYS = {
+    "kernel", "template", "dtype", "shapes", "params", "constraints", "objective",
+    "budget", "sampler", "seed", "verify", "start_from",
+}  # fmt: skip
+MAX_RANGE_VALUES = 4096
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per shape: stop after ``trials`` evaluated candidates or ``minutes`` of wall time, whichever first."""
+
+    trials: int | None
+    minutes: float | None
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    kernel: str
+    template: str
+    dtype: str
+    problems: tuple[Any, ...]
+    space: Space
+    objective: str
+    budget: Budget
+    sampler: str
+    seed: int
+    tolerance: float | None
+    start_from: tuple[Config, ...]
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file."""
+    p = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise SpecError(p, "", "file not found") from None
+    except OSError as exc:
+        raise SpecError(p, "", f"cannot be read ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(p, where, f"is not valid YAML: {problem}") from None
+    return parse_spec(raw, p)
+
+
+def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
+    def fail(key: str, problem: str) -> SpecError:
+        return SpecError(path, key, problem)
+
+    if not isinstance(raw, dict):
+        raise fail("", f"expected a mapping of keys at the top level, got {_kind(raw)}")
+    unknown = sorted(set(map(str, raw)) - TOP_KEYS)
+    if unknown:
+        raise fail(unknown[0], f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
+
+    kernel = _required(raw, "kernel", str, fail)
+    if kernel not in FAMILIES:
+        raise fail("kernel", f"unknown kernel family {kernel!r}; expected one of {', '.join(sorted(FAMILIES))}")
+    family = FAMILIES[kernel]
+    template = _required(raw, "template", str, fail)
+    if template not in family.templates:
+        raise fail("template", f"unknown {kernel} template {template!r}; expected one of {', '.join(family.templates)}")
+    info = family.templates[template]
+    dtype = _required(raw, "dtype", str, fail)
+    if dtype not in info.dtypes:
+        raise fail(
+            "dtype", f"template {template!r} does not implement {dtype!r}; expected one of {', '.join(info.dtypes)}"
+        )
+
+    shapes = raw.get("shapes")
+    if not isinstance(shapes, list) or not shapes:
+        raise fail("shapes", f"expected a non-empty list of shapes, each {family.shape_help}")
+    problems = []
+    for i, s in enumerate(shapes):
+        try:
+            problems.append(family.problem(s, dtype))
+        except ValueError as exc:
+            raise fail(f"shapes[{i}]", str(exc)) from None
+    if len({pr.label for pr in problems}) != len(problems):
+        raise fail("shapes", "lists the same shape twice")
+
+    space = _parse_space(raw, info.params, fail)
+
+    objective = raw.get("objective", "time")
+    if objective not in OBJECTIVES:
+        raise fail("objective", f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    budget = _parse_budget(raw.get("budget"), fail)
+    sampler = raw.get("sampler", "tpe")
+    if sampler not in SAMPLERS:
+        raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise fail("seed", f"expected a non-negative integer, got {seed!r}")
+    tolerance = _parse_verify(raw.get("verify"), fail)
+    start_from = _parse_start(raw.get("start_from"), space, fail)
+    if not any(family.check(template, c.as_dict()) is None for c in space.enumerate()):
+        raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks")
+    return Spec(path, kernel, template, dtype, tuple(problems), space, objective, budget, sampler, seed,
+                tolerance, start_from)  # fmt: skip
+
+
+def _kind(v: Any) -> str:
+    return "nothing" if v is None else f"{type(v).__name__} {v!r}"[:60]
+
+
+def _required(raw: dict, key: str, typ: type, fail: Any) -> Any:
+    if key not in raw:
+        raise fail(key, "is required")
+    v = raw[key]
+    if not isinstance(v, typ):
+        raise fail(key, f"expected a {typ.__name__}, got {_kind(v)}")
+    return v
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, (int, float, str, bool))
+
+
+def _parse_param(name: str, v: Any, fail: Any) -> Param:
+    key = f"params.{name}"
+    when = None
+    if isinstance(v, list):
+        values = v
+    elif isinstance(v, dict):
+        extra = set(v) - {"values", "range", "step", "pow2", "when"}
+        if extra:
+            raise fail(f"{key}.{sorted(extra)[0]}", "unknown key; expected values, range (with step), pow2 or when")
+        forms = [f for f in ("values", "range", "pow2") if f in v]
+        if len(forms) != 1:
+            raise fail(key, "expected exactly one of 'values', 'range' or 'pow2'")
+        form = forms[0]
+        if form == "values":
+            values = v["values"]
+            if not isinstance(values, list):
+                raise fail(f"{key}.values", f"expected a list, got {_kind(values)}")
+        else:
+            bounds = v[form]
+            if not (
+                isinstance(bounds, list)
+                and len(bounds) == 2
+                and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+            ):
+                raise fail(f"{key}.{form}", f"expected [low, high] integers, got {_kind(bounds)}")
+            lo, hi = bounds
+            if lo > hi:
+                raise fail(f"{key}.{form}", f"low {lo} is above high {hi}")
+            if form == "range":
+                step = v.get("step", 1)
+                if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+                    raise fail(f"{key}.step", f"expected a positive integer, got {_kind(step)}")
+                if (hi - lo) // step + 1 > MAX_RANGE_VALUES:
+                    raise fail(f"{key}.range", f"spans more than {MAX_RANGE_VALUES} values; raise step")
+                values = list(range(lo, hi + 1, step))
+            else:
+                if lo < 0 or hi > 62:
+                    raise fail(f"{key}.pow2", "expected exponents between 0 and 62")
+                values = [2**e for e in range(lo, hi + 1)]
+        if "when" in v:
+            if not isinstance(v["when"], str):
+                raise fail(f"{key}.when", f"expected an expression string, got {_kind(v['when'])}")
+            try:
+                when = Expression(v["when"])
+            except ConstraintError as exc:
+                raise fail(f"{key}.when", str(exc)) from None
+    else:
+        raise fail(key, f"expected a list of values or a mapping with 'values', 'range' or 'pow2', got {_kind(v)}")
+    if not values:
+        raise fail(key, "has no values")
+    for x in values:
+        if not _is_scalar(x):
+            raise fail(key, f"values must be numbers, strings or booleans, got {_kind(x)}")
+    if len(set(map(repr, values))) != len(values):
+        raise fail(key, "lists a value twice")
+    return Param(name, tuple(values), when)
+
+
+def _parse_space(raw: dict, expected: tuple[str, ...], fail: Any) -> Space:
+    params_raw = raw.get("params")
+    if not isinstance(params_raw, dict) or not params_raw:
+        raise fail("params", f"expected a mapping of parameter names to values, got {_kind(params_raw)}")
+    unknown = sorted(set(map(str, params_raw)) - set(expected))
+    if unknown:
+        raise fail(f"params.{unknown[0]}", f"unknown parameter for this template; it takes {', '.join(expected)}")
+    missing = [n for n in expected if n not in params_raw]
+    if missing:
+        raise fail("params", f"missing {', '.join(missing)}; the template needs every one of {', '.join(expected)}")
+    params = tuple(_parse_param(str(n), v, fail) for n, v in params_raw.items())
+
+    cons_raw = raw.get("constraints", [])
+    if not isinstance(cons_raw, list) or not all(isinstance(c, str) for c in cons_raw):
+        raise fail("constraints", f"expected a list of expression strings, got {_kind(cons_raw)}")
+    constraints = []
+    for i, text in enumerate(cons_raw):
+        try:
+            constraints.append(Expression(text))
+        except ConstraintError as exc:
+            raise fail(f"constraints[{i}]", str(exc)) from None
+    space = Space(params, tuple(constraints))
+    try:
+        check_names(space, lambda e: "constraints" if e in constraints else "params")
+    except ConstraintError as exc:
+        raise fail("", str(exc)) from None
+    return space
+
+
+def _parse_budget(v: Any, fail: Any) -> Budget:
+    if v is None:
+        return Budget(trials=50, minutes=None)
+    if not isinstance(v, dict):
+        raise fail("budget", f"expected a mapping with 'trials' and/or 'minutes', got {_kind(v)}")
+    extra = sorted(set(v) - {"trials", "minutes"})
+    if extra:
+        raise fail(f"budget.{extra[0]}", "unknown key; expected trials or minutes")
+    trials, minutes = v.get("trials"), v.get("minutes")
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool) or trials < 1):
+        raise fail("budget.trials", f"expected a positive integer, got {_kind(trials)}")
+    if minutes is not None and (not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or minutes <= 0):
+        raise fail("budget.minutes", f"expected a positive number, got {_kind(minutes)}")
+    if trials is None and minutes is None:
+        raise fail("budget", "needs 'trials' or 'minutes' (or both)")
+    return Budget(trials, float(minutes) if minutes is not None else None)
+
+
+def _parse_verify(v: Any, fail: Any) -> float | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or set(v) - {"tolerance"}:
+        raise fail("verify", "expected a mapping with the key 'tolerance'")
+    tol = v.get("tolerance")
+    if isinstance(tol, str):
+        try:
+            tol = float(tol)
+        except ValueError:
+            raise fail("verify.tolerance", f"expected a positive number, got {tol!r}") from None
+    if tol is not None and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 < tol < 1):
+        raise fail("verify.tolerance", f"expected a number between 0 and 1, got {_kind(tol)}")
+    return float(tol) if tol is not None else None
+
+
+def _parse_start(v: Any, space: Space, fail: Any) -> tuple[Config, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise fail("start_from", f"expected a list of parameter mappings, got {_kind(v)}")
+    configs = []
+    for i, entry in enumerate(v):
+        key = f"start_from[{i}]"
+        if not isinstance(entry, dict):
+            raise fail(key, f"expected a mapping of parameter values, got {_kind(entry)}")
+        chosen: dict[str, Value] = {}
+
+        def choose(p: Param, entry: dict = entry, key: str = key) -> Value:
+            if p.name not in entry:
+                raise fail(key, f"misses {p.name}")
+            if entry[p.name] not in p.values:
+                raise fail(f"{key}.{p.name}", f"{entry[p.name]!r} is not among the values {list(p.values)}")
+            return entry[p.name]
+
+        chosen = space.walk(choose)
+        extra = sorted(set(entry) - set(chosen))
+        if extra:
+            raise fail(f"{key}.{extra[0]}", "is not a parameter of this configuration")
+        broken = space.violated(chosen)
+        if broken:
+            raise fail(key, f"breaks the constraint {broken!r}")
+        configs.append(Config.of(chosen))
+    return tuple(configs)

@@ -1,0 +1,82 @@
+"""tuned/<gpu-key>/<kernel>.json: the best verified configuration per (dtype, layout, shape).
+
+Files are merged, never blindly overwritten: an entry is replaced only by a faster verified one
+(or when forced), and every write goes to a temporary file that is renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+
+SCHEMA = 1
+
+
+def entry_key(dtype: str, layout: str, label: str) -> str:
+    return f"{dtype}/{layout}/{label}"
+
+
+def tuned_file(tuned_dir: Path, gpu_key: str, kernel: str) -> Path:
+    return tuned_dir / gpu_key / f"{kernel}.json"
+
+
+def read(path: Path) -> dict[str, Any]:
+    """The file's content, an empty document if it does not exist; StoreError if it is corrupt."""
+    if not path.exists():
+        return {"schema": SCHEMA, "entries": {}}
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path} is not valid JSON (line {exc.lineno}): fix or move it away and run again") from None
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read ({exc.strerror})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), dict):
+        raise StoreError(f"{path} is not an autotune results file (no 'entries' mapping): fix or move it away")
+    if doc.get("schema") != SCHEMA:
+        raise StoreError(f"{path} has schema {doc.get('schema')!r}; this autotune reads schema {SCHEMA}")
+    return doc
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    key: str
+    stored: bool
+    why: str
+
+
+def merge(path: Path, header: dict[str, Any], key: str, entry: dict[str, Any], force: bool = False) -> MergeOutcome:
+    """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic."""
+    if entry.get("verified") is not True:
+        raise ValueError("only verified results may be stored")  # a bug in the caller, not user input
+    doc = read(path)
+    old = doc["entries"].get(key)
+    if old is not None and not force and old.get("median_ms", float("inf")) <= entry["median_ms"]:
+        return MergeOutcome(key, False, f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)")
+    doc.update(header)
+    doc["schema"] = SCHEMA
+    doc["entries"][key] = entry
+    doc["entries"] = dict(sorted(doc["entries"].items()))
+    write_atomic(path, doc)
+    why = "new entry" if old is None else ("forced" if force else f"faster than the stored {old['median_ms']:.4g} ms")
+    return MergeOutcome(key, True, why)
+
+
+def write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
