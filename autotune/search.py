@@ -11,6 +11,8 @@ import logging
 import os
 import socket
 import time
+import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
@@ -84,7 +86,9 @@ def make_sampler(name: str, seed: int) -> Any:
     import optuna
 
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=10)
+        with warnings.catch_warnings():  # multivariate/group are "experimental" but what conditional spaces need
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=10)
     if name in ("random", "brute"):  # brute enqueues every configuration itself, see _proposals
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -185,11 +189,30 @@ def _fail_orphans(study: Any) -> None:
 
 @dataclass
 class _State:
-    seen: dict[str, tuple[Any, TrialResult]]
+    feasible: frozenset[str]  # keys of every configuration that passes the constraints and static checks
+    seen: dict[str, tuple[Any, TrialResult]] = field(default_factory=dict)
     evaluated: int = 0
     new: int = 0
     stale: int = 0
+    feasible_seen: int = 0
     statuses: Counter = field(default_factory=Counter)
+
+    def record(self, trial: Any, r: TrialResult, new: bool) -> None:
+        self.seen[r.config.key] = (trial, r)
+        self.statuses[r.status.value] += 1
+        self.feasible_seen += r.config.key in self.feasible
+        if r.status is not Status.INVALID:
+            self.evaluated += 1
+            self.new += new
+
+
+def feasible_keys(spec: Spec, problem: Any, settings: Settings) -> frozenset[str]:
+    """Every configuration a search could still evaluate; lets a search stop once all were seen."""
+    return frozenset(
+        c.key
+        for c in spec.space.enumerate()
+        if static_check(Candidate(spec.kernel, spec.template, problem, c), settings) is None
+    )
 
 
 def tune_shape(
@@ -205,10 +228,11 @@ def tune_shape(
     progress: Callable[[int, str], None] = lambda done, note: None,
     evaluate_fn: Callable[[Compiled, Settings], TrialResult] | None = None,
     vendor_fn: Callable[[Any, TimingPlan], tuple[str, Timing] | None] | None = None,
+    compile_fn: Callable[[str, str, str], CompileResult] = compile_source,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
-    ``evaluate_fn`` and ``vendor_fn`` default to the GPU; tests pass fakes.
+    ``evaluate_fn`` and ``vendor_fn`` default to the GPU and ``compile_fn`` to NVRTC; tests pass fakes.
     """
     import optuna
 
@@ -218,15 +242,11 @@ def tune_shape(
         direction="minimize", load_if_exists=True,
     )  # fmt: skip
     _fail_orphans(study)
-    state = _State(seen={})
+    state = _State(feasible_keys(spec, problem, settings))
     for t in study.get_trials(deepcopy=False):
         key = t.user_attrs.get("config_key")
         if key and t.state.is_finished() and "duplicate_of" not in t.user_attrs and key not in state.seen:
-            r = result_from_trial(t, Config.of(t.params))
-            state.seen[key] = (t, r)
-            state.statuses[r.status.value] += 1
-            if r.status is not Status.INVALID:
-                state.evaluated += 1
+            state.record(t, result_from_trial(t, Config.of(t.params)), new=False)
 
     flush = None
     if evaluate_fn is None:
@@ -251,17 +271,13 @@ def tune_shape(
         if pending is None:
             stopped = "search space exhausted"
             break
-        for trial, compiled in _compile_batch(pending, settings, pool):
+        for trial, compiled in _compile_batch(pending, settings, pool, compile_fn):
             r = evaluate_fn(compiled, settings)
             _tell(study, trial, r)
-            state.seen[r.config.key] = (trial, r)
-            state.statuses[r.status.value] += 1
-            if r.status is not Status.INVALID:
-                state.evaluated += 1
-                state.new += 1
+            state.record(trial, r, new=True)
             progress(state.evaluated, _best_note(state, vendor))
 
-    best = _final_best(spec, problem, settings, state, evaluate_fn)
+    best = _final_best(spec, problem, settings, state, evaluate_fn, compile_fn)
     if best is not None and vendor is not None:
         vendor = vendor_fn(problem, FINAL_PLAN)  # same long plan as the re-timed winner
     return ShapeOutcome(
@@ -296,7 +312,7 @@ def _ask_batch(
     pending: list[tuple[Any, Compiled]] = []
     keys: set[str] = set()
     while len(pending) < want:
-        if state.stale >= STALE_LIMIT:
+        if state.stale >= STALE_LIMIT or state.feasible_seen + len(pending) >= len(state.feasible):
             return pending or None
         fixed = next(proposals, None) if proposals is not None else None
         if fixed is None and spec.sampler == "brute":
@@ -322,8 +338,7 @@ def _ask_batch(
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
             _tell(study, trial, r)
-            state.seen[config.key] = (trial, r)
-            state.statuses[r.status.value] += 1
+            state.record(trial, r, new=True)
             state.stale += 1
             continue
         state.stale = 0
@@ -332,42 +347,51 @@ def _ask_batch(
     return pending
 
 
-_compile_cache: dict[tuple[str, str], CompileResult] = {}
+# Compile results by (rendered source hash, arch), one cache per compile function: kernels take the
+# shape at run time, so a configuration compiled for one shape is reused for every other.
+_compile_caches: weakref.WeakKeyDictionary[Callable[..., CompileResult], dict[tuple[str, str], CompileResult]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _compile_batch(
-    pending: list[tuple[Any, Compiled]], settings: Settings, pool: Executor | None
+    pending: list[tuple[Any, Compiled]],
+    settings: Settings,
+    pool: Executor | None,
+    compile_fn: Callable[[str, str, str], CompileResult] = compile_source,
 ) -> Iterator[tuple[Any, Compiled]]:
     """Compile what the in-process cache lacks, in the pool when there is one, then finish each."""
+    cache = _compile_caches.setdefault(compile_fn, {})
     todo = {}
     for _, c in pending:
         key = (c.source_hash, settings.arch)
-        if key not in _compile_cache and key not in todo and c.status is None:
+        if key not in cache and key not in todo and c.status is None:
             todo[key] = c
     if pool is not None and len(todo) > 1:
-        futures = {k: pool.submit(compile_source, c.source, c.kernel_name, settings.arch) for k, c in todo.items()}
+        futures = {k: pool.submit(compile_fn, c.source, c.kernel_name, settings.arch) for k, c in todo.items()}
         for k, f in futures.items():
-            _compile_cache[k] = f.result()
+            cache[k] = f.result()
     else:
         for k, c in todo.items():
-            _compile_cache[k] = compile_source(c.source, c.kernel_name, settings.arch)
+            cache[k] = compile_fn(c.source, c.kernel_name, settings.arch)
     for trial, c in pending:
         if c.status is not None:
             yield trial, c
         else:
-            yield trial, finish(c, _compile_cache[(c.source_hash, settings.arch)])
+            yield trial, finish(c, cache[(c.source_hash, settings.arch)])
 
 
 def _final_best(
     spec: Spec, problem: Any, settings: Settings, state: _State,
     evaluate_fn: Callable[[Compiled, Settings], TrialResult],
+    compile_fn: Callable[[str, str, str], CompileResult],
 ) -> TrialResult | None:  # fmt: skip
     """Re-verify and re-time the top few in this process, longer, so the winner is not noise."""
     done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
     longer = replace(settings, timing=FINAL_PLAN)
     pending = [(None, render_candidate(Candidate(spec.kernel, spec.template, problem, r.config), longer)) for r in done]
     rechecked = []
-    for (_, c), before in zip(_compile_batch(pending, settings, None), done, strict=True):
+    for (_, c), before in zip(_compile_batch(pending, settings, None, compile_fn), done, strict=True):
         again = evaluate_fn(c, longer)
         if again.ok:
             rechecked.append(again)

@@ -1,0 +1,85 @@
+"""Fake compile and evaluation for search tests without a GPU (and a script that a test kills)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from autotune.bench import Timing
+from autotune.compiler import CompileResult
+from autotune.evaluate import Compiled, Settings, Status, TrialResult
+
+NAIVE_SPEC = """
+kernel: gemm
+template: naive
+dtype: float32
+shapes: [[64, 64, 64], "96x80x72"]
+params:
+  BX: [4, 8, 16, 32, 64]
+  BY: [1, 2, 4, 8, 16]
+constraints:
+  - BX * BY >= 32
+budget: {trials: 8}
+sampler: tpe
+seed: 3
+"""
+
+
+def fake_compile(source: str, kernel_name: str, arch: str) -> CompileResult:
+    return CompileResult(
+        kernel_name, b"fake-cubin", "", 0.0, registers=32, static_smem=0, spill_stores=0, spill_loads=0
+    )
+
+
+def fake_time(params: dict) -> float:
+    """A smooth landscape with its minimum at BX=32, BY=8."""
+    return 1.0 + abs(params["BX"] - 32) / 32 + abs(params["BY"] - 8) / 8
+
+
+class FakeEvaluator:
+    """Records every evaluation; optionally appends each config key to a log file first."""
+
+    def __init__(self, log: Path | None = None, delay: float = 0.0, fail_keys: frozenset[str] = frozenset()) -> None:
+        self.calls: list[str] = []
+        self.log, self.delay, self.fail_keys = log, delay, fail_keys
+
+    def __call__(self, c: Compiled, settings: Settings) -> TrialResult:
+        key = c.candidate.config.key
+        self.calls.append(key)
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(key + "\n")
+        time.sleep(self.delay)
+        if key in self.fail_keys:
+            return TrialResult(
+                Status.VERIFY_FAILED, "relative error 1 exceeds tolerance", c.kernel_name, c.candidate.config
+            )
+        ms = fake_time(c.candidate.config.as_dict())
+        t = Timing(ms, ms, ms, 0.0, 5)
+        p = c.candidate.problem
+        return TrialResult(
+            Status.COMPLETE, None, c.kernel_name, c.candidate.config, t, 1e-7, p.flops / ms / 1e9, None, 32, 0, 0, 0.0
+        )
+
+
+def fake_vendor(problem, plan):
+    return "fake-BLAS", Timing(2.0, 2.0, 2.0, 0.0, 5)
+
+
+def main() -> None:
+    """python tests/fakes.py SPEC STORAGE LOG TRIALS: a slow fake run that a test kills."""
+    from autotune.search import open_storage, tune_shape
+    from autotune.spec import load_spec
+
+    spec_path, storage, log, trials = sys.argv[1:5]
+    spec = load_spec(spec_path)
+    settings = Settings(arch="sm_90", tolerance=1e-5)
+    tune_shape(
+        spec, spec.problems[0], settings, open_storage(storage), trials=int(trials), minutes=None,
+        evaluate_fn=FakeEvaluator(Path(log), delay=0.2), vendor_fn=fake_vendor, compile_fn=fake_compile,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""GPU tier: every template verified on fresh random inputs, aligned and odd shapes; a short real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.evaluate import Candidate, Settings, Status, evaluate, finish, measure, render_candidate
+from autotune.kernels import FAMILIES
+from autotune.space import Config
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent
+
+SHAPES = [(256, 256, 256), (4096, 4096, 4096), (1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1003, 997),
+          (4095, 4097, 4093), (16, 4096, 4096), (7, 5, 3000)]  # fmt: skip
+SIMT = [
+    dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True),
+    dict(BM=128, BN=256, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, VEC=4, PAD=4, DBUF=True),
+    dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=1, PAD=0, DBUF=False),
+    dict(BM=16, BN=64, BK=32, WM=16, WN=32, WNITER=1, TM=4, TN=4, VEC=2, PAD=4, DBUF=True),
+    dict(BM=256, BN=32, BK=16, WM=64, WN=32, WNITER=1, TM=8, TN=8, VEC=4, PAD=0, DBUF=False),
+]
+NAIVE = [dict(BX=16, BY=16), dict(BX=32, BY=1)]
+
+
+@pytest.fixture(scope="module")
+def settings():
+    from autotune.device import current_gpu
+
+    gpu = current_gpu()
+    return Settings(arch=gpu.arch, tolerance=1e-5, max_shared_bytes=gpu.max_shared_per_block)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    ("template", "params"), [("simt", p) for p in SIMT] + [("naive", p) for p in NAIVE], ids=lambda v: str(v)[:40]
+)
+def test_template_is_correct_on_fresh_random_inputs(settings, template, params, shape):
+    if template == "naive" and shape[0] * shape[1] * shape[2] > 1 << 34:
+        pytest.skip("the naive kernel is too slow for this size")
+    problem = FAMILIES["gemm"].problem(list(shape), "float32")
+    r = evaluate(Candidate("gemm", template, problem, Config.of(params)), settings)
+    assert r.status is Status.COMPLETE, f"{r.kernel_name}: {r.reason}"
+    assert r.error is not None and r.error < 1e-5
+    assert r.timing is not None and r.timing.median_ms > 0
+
+
+def test_a_wrong_kernel_fails_verification(settings):
+    # The last row of C is never written: the NaN poison must catch it.
+    problem = FAMILIES["gemm"].problem([129, 64, 32], "float32")
+    cand = Candidate("gemm", "naive", problem, Config.of(dict(BX=16, BY=16)))
+    c = render_candidate(cand, settings)
+    broken = c.source.replace("if (row >= M || col >= N) return;", "if (row >= M - 1 || col >= N) return;")
+    assert broken != c.source
+    from autotune.compiler import compile_source
+
+    c = finish(c, compile_source(broken, c.kernel_name, settings.arch))
+    r = measure(c, settings)
+    assert r.status is Status.VERIFY_FAILED and "NaN" in r.reason
+
+
+def test_a_short_real_run_stores_a_verified_winner(tmp_path, capsys):
+    import yaml
+
+    from autotune.cli import main
+
+    raw = yaml.safe_load((ROOT / "configs" / "gemm.yaml").read_text())
+    raw["shapes"] = [[512, 512, 512], [300, 200, 100]]
+    spec = tmp_path / "small.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    tuned, runs = str(tmp_path / "tuned"), str(tmp_path / "runs")
+    args = ["run", str(spec), "--trials", "6", "--tuned-dir", tuned, "--runs-dir", runs]
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "512x512x512" in out and "cuBLAS" in out
+    files = list((tmp_path / "tuned").glob("*/gemm.json"))
+    assert len(files) == 1
+    doc = json.loads(files[0].read_text())
+    assert set(doc["entries"]) == {"float32/NN/512x512x512", "float32/NN/300x200x100"}
+    for e in doc["entries"].values():
+        assert e["verified"] is True and e["error"] < 1e-5 and e["vendor"] == "cuBLAS" and e["vendor_ratio"] > 0
+        assert e["trials"] == 6 and e["versions"]["nvrtc"]
+    # Rerunning resumes the studies: nothing new to do with the same budget.
+    assert main(args) == 0
+    assert "(0 new)" in capsys.readouterr().out
+
+
+def test_a_corrupt_tuned_file_stops_before_tuning(tmp_path, capsys):
+    from autotune.cli import main
+    from autotune.device import current_gpu
+
+    bad = tmp_path / "tuned" / current_gpu().key / "gemm.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{oops")
+    code = main(["run", str(ROOT / "configs" / "gemm.yaml"), "--trials", "1", "--tuned-dir", str(tmp_path / "tuned"),
+                 "--runs-dir", str(tmp_path / "runs")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and str(bad) in err and "Traceback" not in err
+    assert bad.read_text() == "{oops"

@@ -1,0 +1,107 @@
+"""Templates render for every candidate of the default space; a sample compiles with NVRTC for sm_90."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.compiler import compile_source, include_dirs_for
+from autotune.errors import HeadersNotFoundError
+from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.kernels import FAMILIES
+from autotune.spec import load_spec
+from autotune.templates import render
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = Settings(arch="sm_90", tolerance=1e-5, max_shared_bytes=227 * 1024)
+
+
+@pytest.fixture(scope="module")
+def gemm_candidates():
+    spec = load_spec(ROOT / "configs" / "gemm.yaml")
+    problem = spec.problems[0]
+    cands = [Candidate("gemm", "simt", problem, c) for c in spec.space.enumerate()]
+    return [c for c in cands if static_check(c, SETTINGS) is None]
+
+
+def test_every_candidate_of_the_default_space_renders(gemm_candidates):
+    assert len(gemm_candidates) > 1000
+    names = set()
+    for cand in gemm_candidates:
+        c = render_candidate(cand, SETTINGS)
+        assert c.status is None, c.reason
+        assert f"void __launch_bounds__(THREADS)\n{c.kernel_name}(" in c.source
+        assert "{{" not in c.source and "{%" not in c.source
+        names.add(c.kernel_name)
+    assert len(names) == len(gemm_candidates), "two configurations rendered to the same kernel name"
+
+
+def test_missing_template_parameter_is_an_error_not_an_empty_string():
+    import jinja2
+
+    from autotune.templates import _environment
+
+    template = _environment().get_template("gemm/naive.cu.j2")
+    with pytest.raises(jinja2.UndefinedError, match="BY"):
+        template.render(BX=16, kernel_name="k")
+
+
+def test_render_is_deterministic_and_hash_tracks_source():
+    p = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
+    a, b = render("gemm", "simt", p), render("gemm", "simt", dict(p))
+    assert a == b
+    c = render("gemm", "simt", {**p, "PAD": 0})
+    assert c.source_hash != a.source_hash and c.template_hash == a.template_hash
+
+
+def test_a_sample_of_candidates_compiles_for_sm90(gemm_candidates):
+    sample = random.Random(0).sample(gemm_candidates, 6)
+    for cand in sample:
+        c = render_candidate(cand, SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{c.kernel_name}: {r.error}"
+        assert r.cubin and r.registers and r.registers > 0
+        assert r.spill_stores is not None and r.stack_bytes is not None
+
+
+def test_naive_template_compiles():
+    r = render("gemm", "naive", dict(BX=16, BY=16))
+    res = compile_source(r.source, r.kernel_name, "sm_90")
+    assert res.ok and res.registers
+
+
+def test_static_assert_mirrors_the_family_check():
+    # A configuration the family rejects also fails to compile: the template guards itself.
+    bad = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
+    bad["WM"] = 48
+    assert FAMILIES["gemm"].check("simt", bad) is not None
+    r = render("gemm", "simt", bad)
+    res = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not res.ok and re.search(r"static assert|static_assert", res.log)
+
+
+def test_compile_errors_are_results_with_the_first_error_line():
+    r = compile_source('extern "C" __global__ void k() { undeclared_thing(); }', "k", "sm_90")
+    assert not r.ok and r.cubin is None
+    assert "undeclared_thing" in r.error
+
+
+def test_header_discovery_finds_mma_h_or_says_where_it_looked():
+    try:
+        dirs = include_dirs_for(("mma.h",))
+    except HeadersNotFoundError as exc:
+        assert "searched" in str(exc) and "CUDA_HOME" in str(exc)
+    else:
+        assert (Path(dirs[0]) / "mma.h").is_file()
+
+
+def test_missing_headers_are_named(monkeypatch):
+    include_dirs_for.cache_clear()
+    try:
+        with pytest.raises(HeadersNotFoundError, match="no_such_header_xyz.h"):
+            include_dirs_for(("no_such_header_xyz.h",))
+    finally:
+        include_dirs_for.cache_clear()

@@ -1,0 +1,169 @@
+"""Search, dedupe, budgets and resume with a fake evaluator: no GPU, no compiler."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.evaluate import Settings, Status
+from autotune.search import open_storage, study_name, tune_shape
+from autotune.spec import load_spec
+from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time, fake_vendor
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = Settings(arch="sm_90", tolerance=1e-5)
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path):
+    def write(sampler: str = "tpe") -> Path:
+        p = tmp_path / "naive.yaml"
+        p.write_text(NAIVE_SPEC.replace("sampler: tpe", f"sampler: {sampler}"))
+        return p
+
+    return write
+
+
+def run(spec, storage, evaluator, trials=8, minutes=None, problem=0):
+    return tune_shape(
+        spec, spec.problems[problem], SETTINGS, storage, trials=trials, minutes=minutes,
+        evaluate_fn=evaluator, vendor_fn=fake_vendor, compile_fn=fake_compile,
+    )  # fmt: skip
+
+
+def feasible(spec):
+    return [c for c in spec.space.enumerate()]
+
+
+def test_budget_counts_evaluated_candidates_and_best_is_the_fastest_seen(spec_file, tmp_path):
+    spec = load_spec(spec_file())
+    ev = FakeEvaluator()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=8)
+    # 8 candidates plus the final re-timing of the top 3
+    assert out.evaluated == 8 and out.new == 8
+    assert len(ev.calls) == 8 + 3
+    assert len(set(ev.calls[:8])) == 8, "a configuration was evaluated twice"
+    assert out.best is not None and out.best.ok
+    best_seen = min(fake_time({k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}) for key in ev.calls)
+    assert out.best.median_ms == pytest.approx(best_seen)
+    assert out.vendor_ratio == pytest.approx(2.0 / best_seen)
+    assert out.stopped.startswith("trial budget")
+
+
+def test_invalid_configurations_cost_no_evaluation(spec_file, tmp_path):
+    spec = load_spec(spec_file("random"))
+    ev = FakeEvaluator()
+    run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=10)
+    for key in ev.calls:
+        params = {k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}
+        assert params["BX"] * params["BY"] >= 32, f"{key} breaks a constraint but was evaluated"
+
+
+def test_brute_force_evaluates_every_feasible_configuration_once(spec_file, tmp_path):
+    spec = load_spec(spec_file("brute"))
+    ev = FakeEvaluator()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=1000)
+    expected = {c.key for c in feasible(spec)}
+    searched = ev.calls[: len(expected)]
+    assert set(searched) == expected and len(searched) == len(set(searched))
+    assert out.stopped == "search space exhausted"
+    assert out.best.config.as_dict() == {"BX": 32, "BY": 8}
+
+
+def test_random_sampler_stops_when_the_space_is_exhausted(spec_file, tmp_path):
+    spec = load_spec(spec_file("random"))
+    ev = FakeEvaluator()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=1000)
+    n = len(feasible(spec))
+    assert out.evaluated == n
+    assert len(set(ev.calls)) == n and len(ev.calls) == n + 3
+    assert out.stopped == "search space exhausted"
+
+
+def test_rerun_resumes_and_answers_known_configs_from_the_study(spec_file, tmp_path):
+    spec = load_spec(spec_file())
+    storage_path = str(tmp_path / "s.journal")
+    first = FakeEvaluator()
+    run(spec, open_storage(storage_path), first, trials=6)
+    second = FakeEvaluator()
+    out = run(spec, open_storage(storage_path), second, trials=10)
+    assert out.evaluated == 10 and out.new == 4
+    assert not set(first.calls[:6]) & set(second.calls[:4]), "a stored configuration was evaluated again"
+
+
+def test_failed_candidates_are_recorded_with_reason_and_never_best(spec_file, tmp_path):
+    spec = load_spec(spec_file("brute"))
+    best_key = "BX=32,BY=8"
+    ev = FakeEvaluator(fail_keys=frozenset({best_key}))
+    storage = open_storage(str(tmp_path / "s.journal"))
+    out = run(spec, storage, ev, trials=1000)
+    assert out.best.config.key != best_key
+    study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
+    failed = [t for t in study.trials if t.user_attrs.get("config_key") == best_key]
+    assert failed and failed[0].state == optuna.trial.TrialState.FAIL
+    assert failed[0].user_attrs["status"] == Status.VERIFY_FAILED.value
+    assert "tolerance" in failed[0].user_attrs["reason"]
+
+
+def test_each_shape_has_its_own_study(spec_file, tmp_path):
+    spec = load_spec(spec_file())
+    storage = open_storage(str(tmp_path / "s.journal"))
+    a = run(spec, storage, FakeEvaluator(), trials=3, problem=0)
+    b = run(spec, storage, FakeEvaluator(), trials=3, problem=1)
+    assert a.study_name != b.study_name and b.new == 3
+
+
+def test_time_budget_stops_the_search(spec_file, tmp_path):
+    spec = load_spec(spec_file("random"))
+    ev = FakeEvaluator(delay=0.05)
+    t0 = time.monotonic()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=None, minutes=0.3 / 60)
+    assert out.stopped.startswith("time budget")
+    assert time.monotonic() - t0 < 5
+    assert 1 <= out.evaluated < len(feasible(spec))
+
+
+def test_killed_run_loses_no_completed_trial(spec_file, tmp_path):
+    spec_path = spec_file("random")
+    storage_path = tmp_path / "s.journal"
+    log = tmp_path / "evaluated.log"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fakes.py"), str(spec_path), str(storage_path), str(log), "12"],
+        env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not log.exists() or len(log.read_text().split()) < 4):
+            assert proc.poll() is None, "the fake run ended before it could be killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before_kill = log.read_text().split()
+    assert len(before_kill) >= 4
+
+    spec = load_spec(spec_path)
+    storage = open_storage(str(storage_path))
+    study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
+    completed = {t.user_attrs["config_key"] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    # Every evaluation but the one in flight when the process died was told to the study.
+    assert len(completed) >= len(before_kill) - 1
+
+    ev = FakeEvaluator()
+    out = run(spec, storage, ev, trials=12)
+    assert out.evaluated == 12
+    assert not completed & set(ev.calls[: out.new]), "a completed trial was evaluated again after the kill"
+    study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    interrupted = [t for t in study.trials if t.user_attrs.get("status") == "interrupted"]
+    assert len(interrupted) <= 1

@@ -1,0 +1,83 @@
+"""tuned/ files: merge rules, atomic writes, corrupt files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import StoreError
+from autotune.store import entry_key, merge, read, tuned_file
+
+HEADER = {"kernel": "gemm", "gpu": {"name": "NVIDIA H200", "arch": "sm_90", "key": "nvidia-h200-sm90"}}
+
+
+def entry(ms: float, **extra) -> dict:
+    return {"verified": True, "median_ms": ms, "params": {"BM": 128}, **extra}
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tuned_file(tmp_path / "tuned", "nvidia-h200-sm90", "gemm")
+
+
+def test_first_entry_is_written_with_header(path):
+    out = merge(path, HEADER, entry_key("float32", "NN", "64x64x64"), entry(1.0))
+    assert out.stored and out.why == "new entry"
+    doc = json.loads(path.read_text())
+    assert doc["gpu"]["key"] == "nvidia-h200-sm90"
+    assert doc["entries"]["float32/NN/64x64x64"]["median_ms"] == 1.0
+
+
+def test_only_a_faster_entry_replaces_the_stored_one(path):
+    key = entry_key("float32", "NN", "64x64x64")
+    merge(path, HEADER, key, entry(1.0, tag="first"))
+    slower = merge(path, HEADER, key, entry(1.5, tag="slower"))
+    assert not slower.stored and "kept" in slower.why
+    assert read(path)["entries"][key]["tag"] == "first"
+    faster = merge(path, HEADER, key, entry(0.5, tag="faster"))
+    assert faster.stored
+    assert read(path)["entries"][key]["tag"] == "faster"
+
+
+def test_force_replaces_a_faster_entry(path):
+    key = entry_key("float32", "NN", "64x64x64")
+    merge(path, HEADER, key, entry(1.0))
+    assert merge(path, HEADER, key, entry(2.0, tag="forced"), force=True).stored
+    assert read(path)["entries"][key]["tag"] == "forced"
+
+
+def test_other_entries_survive_a_merge(path):
+    merge(path, HEADER, "float32/NN/1x1x1", entry(1.0))
+    merge(path, HEADER, "float32/NN/2x2x2", entry(1.0))
+    assert set(read(path)["entries"]) == {"float32/NN/1x1x1", "float32/NN/2x2x2"}
+
+
+def test_unverified_results_are_refused(path):
+    with pytest.raises(ValueError, match="verified"):
+        merge(path, HEADER, "float32/NN/1x1x1", {"median_ms": 0.1})
+    assert not path.exists()
+
+
+def test_writes_leave_no_temporary_files(path):
+    for ms in (3.0, 2.0, 1.0):
+        merge(path, HEADER, "float32/NN/1x1x1", entry(ms))
+    assert [p.name for p in path.parent.iterdir()] == ["gemm.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{not json", "not valid JSON"), ("[1, 2]", "no 'entries'"), ('{"schema": 99, "entries": {}}', "schema 99")],
+)
+def test_corrupt_files_are_reported_and_left_untouched(path, content, message):
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.raises(StoreError, match=message) as info:
+        merge(path, HEADER, "float32/NN/1x1x1", entry(1.0))
+    assert str(path) in str(info.value)
+    assert path.read_text() == content
+
+
+def test_missing_file_reads_as_empty(path):
+    assert read(path)["entries"] == {}
