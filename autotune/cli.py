@@ -208,6 +208,9 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
 
     gpu = current_gpu()
     require_nvrtc()
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose < 2 else optuna.logging.INFO)
     out_path = tuned_file(args.tuned_dir, gpu.key, spec.kernel)
     read(out_path)  # a corrupt results file is reported now, before any tuning time is spent
     storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)

@@ -63,6 +63,29 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 _MAX_POWER = 64  # keeps ``2 ** 10 ** 10`` from stalling the process
+_MAX_BITS = 256  # integers larger than this are no tile size; refusing them keeps every step cheap
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float))
+
+
+def _check_power(base: Any, exponent: Any, text: str) -> None:
+    if abs(exponent) > _MAX_POWER:
+        raise ConstraintError(f"{text!r} raises to the power {exponent}, above the limit of {_MAX_POWER}")
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and base.bit_length() * exponent > _MAX_BITS
+    ):
+        raise ConstraintError(f"{text!r} computes a number above 2**{_MAX_BITS}")
+
+
+def _bounded(v: Any, text: str) -> Any:
+    if isinstance(v, int) and v.bit_length() > _MAX_BITS:
+        raise ConstraintError(f"{text!r} computes a number above 2**{_MAX_BITS}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -137,16 +160,24 @@ def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
         raise ConstraintError(f"{text!r} names {node.id!r}, which is not a parameter")
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, values, text), _eval(node.right, values, text)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_POWER:
-            raise ConstraintError(f"{text!r} raises to the power {right}, above the limit of {_MAX_POWER}")
+        # Arithmetic is on numbers (and string concatenation) only: no repetition that allocates gigabytes.
+        joins_strings = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
+        if not (_is_number(left) and _is_number(right)) and not joins_strings:
+            raise ConstraintError(f"{text!r} does arithmetic on {left!r} and {right!r}; only numbers are allowed")
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right, text)
         try:
-            return _BINARY[type(node.op)](left, right)
+            result = _BINARY[type(node.op)](left, right)
         except ZeroDivisionError:
             raise ConstraintError(f"{text!r} divides by zero for {dict(values)}") from None
-        except TypeError as exc:
+        except (OverflowError, ValueError) as exc:
             raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
+        return _bounded(result, text)
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, values, text))
+        operand = _eval(node.operand, values, text)
+        if not isinstance(node.op, ast.Not) and not _is_number(operand):
+            raise ConstraintError(f"{text!r} applies a sign to {operand!r}; only numbers are allowed")
+        return _UNARY[type(node.op)](operand)
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             return all(_eval(v, values, text) for v in node.values)
@@ -170,8 +201,8 @@ def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
         func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
         args = [_eval(a, values, text) for a in node.args]
         try:
-            return func(*args)
-        except (TypeError, ValueError) as exc:
+            return _bounded(func(*args), text)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
     if isinstance(node, (ast.Tuple, ast.List)):
         return tuple(_eval(e, values, text) for e in node.elts)

@@ -110,7 +110,7 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     if len({pr.label for pr in problems}) != len(problems):
         raise fail("shapes", "lists the same shape twice")
 
-    space = _parse_space(raw, info.params, fail)
+    space = _parse_space(raw, info.params, info.optional, fail)
 
     objective = raw.get("objective", "time")
     if objective not in OBJECTIVES:
@@ -124,7 +124,11 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
         raise fail("seed", f"expected a non-negative integer, got {seed!r}")
     tolerance = _parse_verify(raw.get("verify"), fail)
     start_from = _parse_start(raw.get("start_from"), space, fail)
-    if not any(family.check(template, c.as_dict()) is None for c in space.enumerate()):
+    try:
+        feasible = any(family.check(template, c.as_dict()) is None for c in space.enumerate())
+    except ConstraintError as exc:
+        raise fail("constraints", str(exc)) from None
+    if not feasible:
         raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks")
     return Spec(path, kernel, template, dtype, tuple(problems), space, objective, budget, sampler, seed,
                 tolerance, start_from)  # fmt: skip
@@ -200,22 +204,25 @@ def _parse_param(name: str, v: Any, fail: Any) -> Param:
     for x in values:
         if not _is_scalar(x):
             raise fail(key, f"values must be numbers, strings or booleans, got {_kind(x)}")
-    if len(set(map(repr, values))) != len(values):
+    if len({(type(x), x) for x in values}) != len(values):
         raise fail(key, "lists a value twice")
     return Param(name, tuple(values), when)
 
 
-def _parse_space(raw: dict, expected: tuple[str, ...], fail: Any) -> Space:
+def _parse_space(raw: dict, expected: tuple[str, ...], optional: tuple[str, ...], fail: Any) -> Space:
     params_raw = raw.get("params")
     if not isinstance(params_raw, dict) or not params_raw:
         raise fail("params", f"expected a mapping of parameter names to values, got {_kind(params_raw)}")
     unknown = sorted(set(map(str, params_raw)) - set(expected))
     if unknown:
         raise fail(f"params.{unknown[0]}", f"unknown parameter for this template; it takes {', '.join(expected)}")
-    missing = [n for n in expected if n not in params_raw]
+    missing = [n for n in expected if n not in params_raw and n not in optional]
     if missing:
         raise fail("params", f"missing {', '.join(missing)}; the template needs every one of {', '.join(expected)}")
     params = tuple(_parse_param(str(n), v, fail) for n, v in params_raw.items())
+    for p in params:
+        if p.when is not None and p.name not in optional:
+            raise fail(f"params.{p.name}.when", "this template needs the parameter in every configuration")
 
     cons_raw = raw.get("constraints", [])
     if not isinstance(cons_raw, list) or not all(isinstance(c, str) for c in cons_raw):
@@ -227,10 +234,14 @@ def _parse_space(raw: dict, expected: tuple[str, ...], fail: Any) -> Space:
         except ConstraintError as exc:
             raise fail(f"constraints[{i}]", str(exc)) from None
     space = Space(params, tuple(constraints))
+    for i, c in enumerate(constraints):
+        unknown = sorted(c.names - set(space.names))
+        if unknown:
+            raise fail(f"constraints[{i}]", f"{c.text!r} names {', '.join(unknown)}, which is not a parameter")
     try:
-        check_names(space, lambda e: "constraints" if e in constraints else "params")
+        check_names(space, lambda e: "params")
     except ConstraintError as exc:
-        raise fail("", str(exc)) from None
+        raise fail("params", str(exc)) from None
     return space
 
 
@@ -283,7 +294,7 @@ def _parse_start(v: Any, space: Space, fail: Any) -> tuple[Config, ...]:
         def choose(p: Param, entry: dict = entry, key: str = key) -> Value:
             if p.name not in entry:
                 raise fail(key, f"misses {p.name}")
-            if entry[p.name] not in p.values:
+            if not any(type(x) is type(entry[p.name]) and x == entry[p.name] for x in p.values):
                 raise fail(f"{key}.{p.name}", f"{entry[p.name]!r} is not among the values {list(p.values)}")
             return entry[p.name]
 
@@ -291,7 +302,10 @@ def _parse_start(v: Any, space: Space, fail: Any) -> tuple[Config, ...]:
         extra = sorted(set(entry) - set(chosen))
         if extra:
             raise fail(f"{key}.{extra[0]}", "is not a parameter of this configuration")
-        broken = space.violated(chosen)
+        try:
+            broken = space.violated(chosen)
+        except ConstraintError as exc:
+            raise fail(key, str(exc)) from None
         if broken:
             raise fail(key, f"breaks the constraint {broken!r}")
         configs.append(Config.of(chosen))

@@ -17,6 +17,7 @@ class TemplateInfo:
     params: tuple[str, ...]
     dtypes: tuple[str, ...]
     description: str
+    optional: tuple[str, ...] = ()  # parameters that may be conditional (absent from some configurations)
 
 
 @dataclass(frozen=True)
