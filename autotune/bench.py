@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -15,6 +15,7 @@ class Timing:
     max_ms: float
     iqr_ms: float
     repeats: int
+    aborted: bool = False  # stopped after the probe launches: already far slower than the best so far
 
     @property
     def spread(self) -> float:
@@ -30,6 +31,7 @@ class TimingPlan:
     min_repeats: int = 5
     max_repeats: int = 100
     target_ms: float = 150.0
+    probe: int = 3  # launches timed before deciding whether to abort
 
 
 class L2Flusher:
@@ -45,29 +47,38 @@ class L2Flusher:
         self._buf.fill(0)
 
 
-def time_launches(launch: Callable[[], Any], flush: Callable[[], None], plan: TimingPlan = TimingPlan()) -> Timing:
-    """Median of individually event-timed launches, each after an L2 flush (not timed)."""
+def time_launches(
+    launch: Callable[[], Any],
+    flush: Callable[[], None],
+    plan: TimingPlan = TimingPlan(),
+    abort_above_ms: float | None = None,
+) -> Timing:
+    """Median of individually event-timed launches, each after an L2 flush (not timed).
+
+    The first ``plan.probe`` launches also size the run; if their median is above ``abort_above_ms``
+    the measurement stops there and the Timing says ``aborted``.
+    """
     import cupy as cp
+
+    def timed(n: int) -> list[float]:
+        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(n)]
+        for s, e in events:
+            flush()
+            s.record()
+            launch()
+            e.record()
+        events[-1][1].synchronize()
+        return [cp.cuda.get_elapsed_time(s, e) for s, e in events]
 
     for _ in range(plan.warmup):
         launch()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    flush()
-    start.record()
-    launch()
-    end.record()
-    end.synchronize()
-    estimate = max(cp.cuda.get_elapsed_time(start, end), 1e-3)
+    probe = timed(max(1, plan.probe))
+    first = summarize(probe)
+    if abort_above_ms is not None and first.median_ms > abort_above_ms:
+        return replace(first, aborted=True)
+    estimate = max(first.median_ms, 1e-3)
     repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.target_ms // estimate)))
-    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(repeats)]
-    for s, e in events:
-        flush()
-        s.record()
-        launch()
-        e.record()
-    events[-1][1].synchronize()
-    times = sorted(cp.cuda.get_elapsed_time(s, e) for s, e in events)
-    return summarize(times)
+    return summarize(probe + timed(max(0, repeats - len(probe))))
 
 
 def summarize(times: list[float]) -> Timing:

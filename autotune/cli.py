@@ -8,8 +8,6 @@ import logging
 import os
 import random
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, metavar="N", help="parallel compiles (default: cores)"
     )
+    run.add_argument(
+        "--abort-ratio", type=float, default=2.0, metavar="K",
+        help="stop timing a candidate whose first launches take K times the best so far (default 2; 0: never)",
+    )  # fmt: skip
+    run.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S",
+        help="seconds a candidate may take on the GPU before it counts as hung (compiles get 4x)",
+    )  # fmt: skip
     run.add_argument("--compile-only", action="store_true", help="render and compile candidates; no GPU needed")
     run.add_argument("--arch", metavar="sm_XX", help="target architecture for --compile-only (default: this GPU's)")
     run.add_argument(
@@ -103,6 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _positive("--minutes", args.minutes)
     _positive("--jobs", args.jobs)
     _positive("--limit", args.limit)
+    _positive("--timeout", args.timeout)
+    if args.abort_ratio and args.abort_ratio < 1:
+        raise AutotuneError(f"--abort-ratio must be 0 (never abort) or at least 1, got {args.abort_ratio}")
     if args.arch and not args.compile_only:
         raise AutotuneError("--arch only applies with --compile-only; a tuning run uses the GPU's own arch")
     spec = load_spec(args.spec)
@@ -123,12 +132,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return tune(spec, problems, args)
 
 
-def _pool(jobs: int) -> Executor | None:
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None
-
-
 def compile_only(spec: Any, args: argparse.Namespace) -> int:
-    from .compiler import compile_source, nvrtc_version, require_nvrtc
+    from .compile_pool import CompilePool
+    from .compiler import nvrtc_version, require_nvrtc
     from .evaluate import Candidate, Settings, render_candidate, static_check
     from .report import compile_table
 
@@ -160,16 +166,9 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
         f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
         file=sys.stderr,
     )
-    pool = _pool(min(args.jobs, len(rendered)))
-    try:
-        if pool is None:
-            results = [compile_source(c.source, c.kernel_name, arch) for c in rendered]
-        else:
-            results = list(pool.map(compile_source, [c.source for c in rendered], [c.kernel_name for c in rendered],
-                                    [arch] * len(rendered)))  # fmt: skip
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+    with CompilePool(arch, jobs=min(args.jobs, len(rendered))) as pool:
+        handles = [pool.submit(c) for c in rendered]
+        results = [pool.result(h) for h in handles]
     rows = [
         {
             "kernel": r.kernel_name,
@@ -197,14 +196,16 @@ def _dynamic_smem(spec: Any, c: Any) -> int:
 
 
 def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
+    from .compile_pool import CompilePool
     from .compiler import nvrtc_version, require_nvrtc
     from .device import current_gpu
     from .evaluate import Settings
     from .progress import Progress
     from .report import final_table
-    from .search import default_storage, open_storage, tune_shape
+    from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
     from .verify import tolerance_for
+    from .worker import GPUWorker
 
     gpu = current_gpu()
     require_nvrtc()
@@ -216,8 +217,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
     storage = open_storage(storage_url)
     settings = Settings(
-        arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance),
-        max_shared_bytes=gpu.max_shared_per_block, seed=spec.seed,
+        arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
+        registers_per_block=gpu.registers_per_block, timing=SEARCH_PLAN, seed=spec.seed, timeout_s=args.timeout,
     )  # fmt: skip
     trials = args.trials if args.trials is not None else spec.budget.trials
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes
@@ -227,31 +228,31 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
         trials = None
     print(f"{gpu.name} ({gpu.key}); studies in {storage_url}", file=sys.stderr)
     versions = _versions(gpu, nvrtc_version())
+    header = {"kernel": spec.kernel, "gpu": {"name": gpu.name, "arch": gpu.arch, "key": gpu.key,
+                                             "multiprocessors": gpu.multiprocessors}}  # fmt: skip
     outcomes, stored = [], {}
-    pool = _pool(args.jobs)
-    try:
+    with GPUWorker() as worker, CompilePool(gpu.arch, jobs=args.jobs, timeout_s=args.timeout * 4) as compiler:
         for i, problem in enumerate(problems, 1):
             bar = Progress(f"[{i}/{len(problems)}] {problem.label}", trials, minutes * 60 if minutes else None)
             outcome = tune_shape(
-                spec, problem, settings, storage, trials=trials, minutes=minutes,
-                pool=pool, batch=max(1, args.jobs), progress=bar.update,
+                spec, problem, settings, storage, trials=trials, minutes=minutes, evaluator=worker,
+                compiler=compiler, prefetch=max(4, 2 * args.jobs), abort_ratio=args.abort_ratio, progress=bar.update,
             )  # fmt: skip
-            bar.close(outcome.stopped)
+            bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}")
             outcomes.append(outcome)
             if outcome.best is not None:
                 entry = _entry(spec, outcome, settings, versions)
-                header = {"kernel": spec.kernel, "gpu": {"name": gpu.name, "arch": gpu.arch, "key": gpu.key,
-                                                         "multiprocessors": gpu.multiprocessors}}  # fmt: skip
                 key = entry_key(spec.dtype, "NN", problem.label)
                 result = merge(out_path, header, key, entry, force=args.force)
                 stored[problem.label] = "yes" if result.stored else "no (kept faster)"
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
     print()
     print(final_table(outcomes, stored))
     print(f"\nresults: {out_path}")
     return 0 if all(o.best is not None for o in outcomes) else 1
+
+
+def _counts(statuses: dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
 
 
 def _versions(gpu: Any, nvrtc: str) -> dict[str, str]:

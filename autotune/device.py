@@ -14,6 +14,7 @@ class GPUInfo:
     arch: str  # e.g. "sm_90"
     multiprocessors: int
     max_shared_per_block: int  # opt-in limit in bytes
+    registers_per_block: int
     l2_bytes: int
     driver: str
     runtime: str
@@ -53,6 +54,7 @@ def current_gpu() -> GPUInfo:
         arch=f"sm_{dev.compute_capability}",
         multiprocessors=attrs["MultiProcessorCount"],
         max_shared_per_block=attrs.get("MaxSharedMemoryPerBlockOptin", 48 * 1024),
+        registers_per_block=attrs.get("MaxRegistersPerBlock", 64 * 1024),
         l2_bytes=attrs.get("L2CacheSize", 0),
         driver=_version(cp.cuda.runtime.driverGetVersion()),
         runtime=_version(cp.cuda.runtime.runtimeGetVersion()),

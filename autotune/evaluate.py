@@ -43,9 +43,12 @@ class Candidate:
 class Settings:
     arch: str
     tolerance: float
-    max_shared_bytes: int = 48 * 1024
+    max_shared_bytes: int = 48 * 1024  # per block, opt-in limit
+    registers_per_block: int = 64 * 1024
     timing: TimingPlan = field(default_factory=TimingPlan)
     seed: int = 0
+    abort_above_ms: float | None = None  # stop timing a candidate whose first launches are slower than this
+    timeout_s: float = 30.0  # per candidate on the GPU, and per compile
 
 
 @dataclass(frozen=True)
@@ -113,13 +116,20 @@ def render_candidate(candidate: Candidate, settings: Settings) -> Compiled:
     return Compiled(candidate, name, rendered.source_hash, rendered.template_hash, rendered.source)
 
 
-def finish(c: Compiled, result: CompileResult) -> Compiled:
-    """Attach a compile result; failed compiles and spilling kernels end here."""
+def finish(c: Compiled, result: CompileResult, settings: Settings | None = None) -> Compiled:
+    """Attach a compile result; failed compiles, spilling kernels and unlaunchable ones end here."""
     base = replace(c, compiled=result)
     if not result.ok:
         return replace(base, status=Status.COMPILE_FAILED, reason=result.error)
     if result.spills:
         return replace(base, status=Status.INVALID, reason=f"spills {result.spills} bytes to local memory")
+    cand = c.candidate
+    launch = FAMILIES[cand.kernel].launch(cand.template, cand.config.as_dict(), cand.problem)
+    threads = launch.block[0] * launch.block[1] * launch.block[2]
+    limit = settings.registers_per_block if settings else 64 * 1024
+    if result.registers and result.registers * threads > limit:
+        reason = f"{result.registers} registers x {threads} threads exceed the {limit} registers of a block"
+        return replace(base, status=Status.INVALID, reason=reason)
     return base
 
 
@@ -128,7 +138,7 @@ def prepare(candidate: Candidate, settings: Settings) -> Compiled:
     c = render_candidate(candidate, settings)
     if c.status is not None:
         return c
-    return finish(c, compile_source(c.source, c.kernel_name, settings.arch))
+    return finish(c, compile_source(c.source, c.kernel_name, settings.arch), settings)
 
 
 _modules: dict[bytes, Any] = {}
@@ -167,8 +177,26 @@ def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> Tr
     )
 
 
-def measure(c: Compiled, settings: Settings, flush: L2Flusher | None = None) -> TrialResult:
-    """Verify on fresh random inputs, then time. GPU required."""
+@dataclass
+class Fixture:
+    """Device data for one problem: random inputs and their float64 reference, made once, reused."""
+
+    kernel: str
+    problem: Any
+    inputs: Any
+    reference: Any
+
+
+def make_fixture(kernel: str, problem: Any, seed: int) -> Fixture:
+    family = FAMILIES[kernel]
+    inputs = family.make_inputs(problem, seed=seed)
+    return Fixture(kernel, problem, inputs, family.reference(problem, inputs))
+
+
+def measure(
+    c: Compiled, settings: Settings, flush: L2Flusher | None = None, fixture: Fixture | None = None
+) -> TrialResult:
+    """Verify against the fixture (fresh random inputs when none is given), then time. GPU required."""
     import cupy as cp
     from cupy_backends.cuda.api.driver import CUDADriverError
 
@@ -179,11 +207,12 @@ def measure(c: Compiled, settings: Settings, flush: L2Flusher | None = None) -> 
     family = FAMILIES[cand.kernel]
     problem = cand.problem
     launch = family.launch(cand.template, cand.config.as_dict(), problem)
+    if fixture is None or fixture.problem != problem:
+        fixture = make_fixture(cand.kernel, problem, seed=settings.seed * 1_000_003 + next(_seeds))
     try:
         fn = _load(c.compiled, launch.shared_bytes)
-        inputs = family.make_inputs(problem, seed=settings.seed * 1_000_003 + next(_seeds))
         out = family.new_output(problem)
-        args = family.kernel_args(problem, inputs, out)
+        args = family.kernel_args(problem, fixture.inputs, out)
         verify.poison(out)
 
         def run() -> None:
@@ -193,18 +222,21 @@ def measure(c: Compiled, settings: Settings, flush: L2Flusher | None = None) -> 
         cp.cuda.Device().synchronize()
     except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
         return _result(c, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
-    ref = family.reference(problem, inputs)
-    verdict = verify.compare(out, ref, settings.tolerance)
-    del ref
+    verdict = verify.compare(out, fixture.reference, settings.tolerance)
     shared = launch.shared_bytes + (c.compiled.static_smem or 0)
     if not verdict.ok:
         return _result(c, Status.VERIFY_FAILED, verdict.reason, error=verdict.error, shared_bytes=shared)
-    timing = time_launches(run, flush or L2Flusher(), settings.timing)
+    timing = time_launches(run, flush or L2Flusher(), settings.timing, settings.abort_above_ms)
     seconds = timing.median_ms / 1e3
+    status, reason = Status.COMPLETE, None
+    if timing.aborted:
+        status = Status.PRUNED
+        line = settings.abort_above_ms
+        reason = f"{timing.median_ms:.3g} ms in {timing.repeats} launches, above the abort line of {line:.3g} ms"
     return _result(
         c,
-        Status.COMPLETE,
-        None,
+        status,
+        reason,
         timing=timing,
         error=verdict.error,
         tflops=problem.flops / seconds / 1e12,

@@ -1,8 +1,9 @@
 """The Optuna side: one study per (kernel, template, dtype, shape), ask/tell, resumable storage.
 
 Constraints and device limits are checked before anything is compiled; a configuration already in
-the study is answered from it. Candidates are asked for in batches so their compiles can run in a
-process pool while the GPU works through the batch before.
+the study is answered from it. The loop is a pipeline: candidates are asked for ahead and compiled in
+a process pool while the GPU worker verifies and times earlier ones; a candidate whose first launches
+are already far slower than the best so far stops being timed (pruned).
 """
 
 from __future__ import annotations
@@ -12,29 +13,16 @@ import os
 import socket
 import time
 import warnings
-import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from .bench import L2Flusher, Timing, TimingPlan
-from .compiler import CompileResult, compile_source
+from .bench import Timing, TimingPlan
+from .compile_pool import CompilePool
 from .errors import AutotuneError
-from .evaluate import (
-    Candidate,
-    Compiled,
-    Settings,
-    Status,
-    TrialResult,
-    finish,
-    measure,
-    render_candidate,
-    static_check,
-    time_vendor,
-)  # fmt: skip
+from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
 from .space import Config
 from .spec import Spec
 from .templates import template_hash
@@ -44,6 +32,16 @@ log = logging.getLogger(__name__)
 STALE_LIMIT = 2000  # consecutive duplicate or invalid proposals before the space counts as exhausted
 FINAL_TOP_K = 3
 FINAL_PLAN = TimingPlan(warmup=3, min_repeats=10, max_repeats=200, target_ms=400.0)
+SEARCH_PLAN = TimingPlan(warmup=1, min_repeats=5, max_repeats=50, target_ms=40.0, probe=3)
+ABORT_RATIO = 2.0  # stop timing a candidate whose first launches take this many times the best so far
+
+
+class Evaluator(Protocol):
+    """Where candidates run: the GPU worker process in a real run, a fake in tests."""
+
+    def measure(self, compiled: Compiled, settings: Settings) -> TrialResult: ...
+
+    def vendor(self, kernel: str, problem: Any, plan: TimingPlan) -> tuple[str, Timing] | None: ...
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,8 @@ _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
 
 
 def result_attrs(r: TrialResult) -> dict[str, Any]:
-    attrs: dict[str, Any] = {
-        "status": r.status.value,
+    """What a trial stores: ``status`` for queries, everything else in one ``result`` mapping."""
+    result: dict[str, Any] = {
         "reason": r.reason,
         "kernel_name": r.kernel_name,
         "config_key": r.config.key,
@@ -132,15 +130,15 @@ def result_attrs(r: TrialResult) -> dict[str, Any]:
         "template_hash": r.template_hash,
     }
     if r.timing:
-        attrs.update({k: getattr(r.timing, k) for k in _ATTRS})
-    return {k: v for k, v in attrs.items() if v is not None}
+        result.update({k: getattr(r.timing, k) for k in _ATTRS})
+    return {"status": r.status.value, "result": {k: v for k, v in result.items() if v is not None}}
 
 
 def result_from_trial(t: Any, config: Config) -> TrialResult:
-    a = t.user_attrs
+    a = t.user_attrs.get("result", {})
     timing = Timing(*(a[k] for k in _ATTRS)) if "median_ms" in a else None
     return TrialResult(
-        Status(a["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
+        Status(t.user_attrs["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
         a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
         a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""),
     )  # fmt: skip
@@ -196,6 +194,7 @@ class _State:
     stale: int = 0
     feasible_seen: int = 0
     statuses: Counter = field(default_factory=Counter)
+    best_ms: float | None = None
 
     def record(self, trial: Any, r: TrialResult, new: bool) -> None:
         self.seen[r.config.key] = (trial, r)
@@ -204,6 +203,8 @@ class _State:
         if r.status is not Status.INVALID:
             self.evaluated += 1
             self.new += new
+        if r.ok and (self.best_ms is None or r.median_ms < self.best_ms):
+            self.best_ms = r.median_ms
 
 
 def feasible_keys(spec: Spec, problem: Any, settings: Settings) -> frozenset[str]:
@@ -223,16 +224,16 @@ def tune_shape(
     *,
     trials: int | None,
     minutes: float | None,
-    pool: Executor | None = None,
-    batch: int = 1,
+    evaluator: Evaluator,
+    compiler: CompilePool,
+    prefetch: int = 4,
+    abort_ratio: float | None = ABORT_RATIO,
     progress: Callable[[int, str], None] = lambda done, note: None,
-    evaluate_fn: Callable[[Compiled, Settings], TrialResult] | None = None,
-    vendor_fn: Callable[[Any, TimingPlan], tuple[str, Timing] | None] | None = None,
-    compile_fn: Callable[[str, str, str], CompileResult] = compile_source,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
-    ``evaluate_fn`` and ``vendor_fn`` default to the GPU and ``compile_fn`` to NVRTC; tests pass fakes.
+    ``prefetch`` candidates are compiled ahead of the one on the GPU. ``evaluator`` runs candidates
+    (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them.
     """
     import optuna
 
@@ -244,42 +245,57 @@ def tune_shape(
     _fail_orphans(study)
     state = _State(feasible_keys(spec, problem, settings))
     for t in study.get_trials(deepcopy=False):
-        key = t.user_attrs.get("config_key")
-        if key and t.state.is_finished() and "duplicate_of" not in t.user_attrs and key not in state.seen:
-            state.record(t, result_from_trial(t, Config.of(t.params)), new=False)
+        status = t.user_attrs.get("status")
+        if (
+            status in (None, "interrupted", "unevaluated")
+            or "duplicate_of" in t.user_attrs
+            or not t.state.is_finished()
+        ):
+            continue
+        r = result_from_trial(t, Config.of(t.params))
+        if r.config.key not in state.seen:
+            state.record(t, r, new=False)
 
-    flush = None
-    if evaluate_fn is None:
-        flush = L2Flusher()
-        evaluate_fn = lambda c, s: measure(c, s, flush)  # noqa: E731
-    if vendor_fn is None:
-        vendor_fn = lambda p, plan: time_vendor(spec.kernel, p, flush, plan)  # noqa: E731
-    vendor = vendor_fn(problem, settings.timing)
-
+    vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     stopped = ""
-    proposals = _proposals(spec, study, state)
+    proposals = _proposals(spec, state)
+    inflight: deque[tuple[Any, Compiled, str | None]] = deque()
+    exhausted = False
     while True:
-        if trials is not None and state.evaluated >= trials:
-            stopped = f"trial budget of {trials} reached"
-            break
+        while not exhausted and len(inflight) < prefetch:
+            if trials is not None and state.evaluated + len(inflight) >= trials:
+                break
+            item = _ask_one(
+                spec, study, problem, settings, state, proposals, {c.candidate.config.key for _, c, _ in inflight}
+            )
+            if item is None:
+                exhausted = True
+                break
+            trial, c = item
+            inflight.append((trial, c, compiler.submit(c) if c.status is None else None))
         if deadline is not None and time.monotonic() >= deadline:
             stopped = f"time budget of {minutes:g} min reached"
             break
-        want = batch if trials is None else min(batch, trials - state.evaluated)
-        pending = _ask_batch(spec, study, problem, settings, state, proposals, want)
-        if pending is None:
-            stopped = "search space exhausted"
+        if not inflight:
+            stopped = "search space exhausted" if exhausted else f"trial budget of {trials} reached"
             break
-        for trial, compiled in _compile_batch(pending, settings, pool, compile_fn):
-            r = evaluate_fn(compiled, settings)
-            _tell(study, trial, r)
-            state.record(trial, r, new=True)
-            progress(state.evaluated, _best_note(state, vendor))
+        trial, c, handle = inflight.popleft()
+        compiled = finish(c, compiler.result(handle), settings) if handle is not None else c
+        abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
+        r = evaluator.measure(compiled, replace(settings, abort_above_ms=abort))
+        _tell(study, trial, r)
+        state.record(trial, r, new=True)
+        progress(state.evaluated, _best_note(state, vendor))
+    from optuna.trial import TrialState
 
-    best = _final_best(spec, problem, settings, state, evaluate_fn, compile_fn)
+    for trial, _, _ in inflight:  # asked but not run before the budget ended: free for a later run
+        trial.set_user_attr("status", "unevaluated")
+        study.tell(trial, state=TrialState.FAIL)
+
+    best = _final_best(spec, problem, settings, state, evaluator, compiler)
     if best is not None and vendor is not None:
-        vendor = vendor_fn(problem, FINAL_PLAN)  # same long plan as the re-timed winner
+        vendor = evaluator.vendor(spec.kernel, problem, FINAL_PLAN)  # same long plan as the re-timed winner
     return ShapeOutcome(
         problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
         state.evaluated, state.new, dict(state.statuses), stopped,
@@ -297,40 +313,43 @@ def _best_note(state: _State, vendor: tuple[str, Timing] | None) -> str:
     return note
 
 
-def _proposals(spec: Spec, study: Any, state: _State) -> Iterator[dict[str, Any]] | None:
+def _proposals(spec: Spec, state: _State) -> Iterator[dict[str, Any]] | None:
     """Configurations to enqueue before the sampler's own: start_from, or all of them for brute."""
     if spec.sampler == "brute":
         return (c.as_dict() for c in spec.space.enumerate() if c.key not in state.seen)
     return (c.as_dict() for c in spec.start_from if c.key not in state.seen)
 
 
-def _ask_batch(
+def _ask_one(
     spec: Spec, study: Any, problem: Any, settings: Settings, state: _State,
-    proposals: Iterator[dict[str, Any]] | None, want: int,
-) -> list[tuple[Any, Compiled]] | None:  # fmt: skip
-    """Up to ``want`` new, valid candidates, rendered; None once the space looks exhausted."""
-    pending: list[tuple[Any, Compiled]] = []
-    keys: set[str] = set()
-    while len(pending) < want:
-        if state.stale >= STALE_LIMIT or state.feasible_seen + len(pending) >= len(state.feasible):
-            return pending or None
+    proposals: Iterator[dict[str, Any]] | None, inflight: set[str],
+) -> tuple[Any, Compiled] | None:  # fmt: skip
+    """The next new, valid candidate, rendered; None once the space looks exhausted.
+
+    Duplicates are answered from the study and invalid configurations recorded, neither compiled.
+    """
+    from optuna.trial import TrialState
+
+    while True:
+        if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) >= len(state.feasible):
+            return None
         fixed = next(proposals, None) if proposals is not None else None
         if fixed is None and spec.sampler == "brute":
-            return pending or None
+            return None
         if fixed is not None:
             study.enqueue_trial(fixed)
         trial = study.ask()
         trial.set_user_attr("owner", _owner())
         values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
         config = Config.of(values)
-        if config.key in state.seen or config.key in keys:
-            prev = state.seen.get(config.key)
-            if prev is None:  # proposed twice within one batch: try again later
-                from optuna.trial import TrialState
-
-                study.tell(trial, state=TrialState.PRUNED)
-            else:
-                _tell(study, trial, prev[1], {"duplicate_of": prev[0].number})
+        if config.key in state.seen:
+            prev_trial, prev = state.seen[config.key]
+            _tell(study, trial, prev, {"duplicate_of": prev_trial.number})
+            state.stale += 1
+            continue
+        if config.key in inflight:  # already on its way: try again
+            trial.set_user_attr("duplicate_of", -1)
+            study.tell(trial, state=TrialState.PRUNED)
             state.stale += 1
             continue
         candidate = Candidate(spec.kernel, spec.template, problem, config)
@@ -342,57 +361,19 @@ def _ask_batch(
             state.stale += 1
             continue
         state.stale = 0
-        keys.add(config.key)
-        pending.append((trial, render_candidate(candidate, settings)))
-    return pending
-
-
-# Compile results by (rendered source hash, arch), one cache per compile function: kernels take the
-# shape at run time, so a configuration compiled for one shape is reused for every other.
-_compile_caches: weakref.WeakKeyDictionary[Callable[..., CompileResult], dict[tuple[str, str], CompileResult]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _compile_batch(
-    pending: list[tuple[Any, Compiled]],
-    settings: Settings,
-    pool: Executor | None,
-    compile_fn: Callable[[str, str, str], CompileResult] = compile_source,
-) -> Iterator[tuple[Any, Compiled]]:
-    """Compile what the in-process cache lacks, in the pool when there is one, then finish each."""
-    cache = _compile_caches.setdefault(compile_fn, {})
-    todo = {}
-    for _, c in pending:
-        key = (c.source_hash, settings.arch)
-        if key not in cache and key not in todo and c.status is None:
-            todo[key] = c
-    if pool is not None and len(todo) > 1:
-        futures = {k: pool.submit(compile_fn, c.source, c.kernel_name, settings.arch) for k, c in todo.items()}
-        for k, f in futures.items():
-            cache[k] = f.result()
-    else:
-        for k, c in todo.items():
-            cache[k] = compile_fn(c.source, c.kernel_name, settings.arch)
-    for trial, c in pending:
-        if c.status is not None:
-            yield trial, c
-        else:
-            yield trial, finish(c, cache[(c.source_hash, settings.arch)])
+        return trial, render_candidate(candidate, settings)
 
 
 def _final_best(
-    spec: Spec, problem: Any, settings: Settings, state: _State,
-    evaluate_fn: Callable[[Compiled, Settings], TrialResult],
-    compile_fn: Callable[[str, str, str], CompileResult],
-) -> TrialResult | None:  # fmt: skip
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
+) -> TrialResult | None:
     """Re-verify and re-time the top few in this process, longer, so the winner is not noise."""
     done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
-    longer = replace(settings, timing=FINAL_PLAN)
-    pending = [(None, render_candidate(Candidate(spec.kernel, spec.template, problem, r.config), longer)) for r in done]
+    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
     rechecked = []
-    for (_, c), before in zip(_compile_batch(pending, settings, None, compile_fn), done, strict=True):
-        again = evaluate_fn(c, longer)
+    for before in done:
+        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        again = evaluator.measure(finish(c, compiler.result(compiler.submit(c)), longer), longer)
         if again.ok:
             rechecked.append(again)
         else:

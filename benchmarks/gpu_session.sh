@@ -17,4 +17,9 @@ if [[ ${SKIP_RUN:-0} != 1 ]]; then
   python3 -m autotune run configs/gemm.yaml ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | grep -v '^\[' 
   cp -r tuned "$OUT/" 2>/dev/null; cp runs/gemm/*.journal "$OUT/" 2>/dev/null
 fi
+if [[ ${SKIP_RETIME:-0} != 1 ]]; then
+  python3 benchmarks/tuned_vs_vendor.py 2>&1 | tee "$OUT/retime.log"
+  cp benchmarks/results/* "$OUT/" 2>/dev/null
+fi
+if [[ -n ${EXTRA:-} ]]; then bash -c "$EXTRA" 2>&1 | tee "$OUT/extra.log"; fi
 true

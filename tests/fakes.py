@@ -38,13 +38,18 @@ def fake_time(params: dict) -> float:
 
 
 class FakeEvaluator:
-    """Records every evaluation; optionally appends each config key to a log file first."""
+    """Stands in for the GPU worker. Records every evaluation; optionally logs each config key first."""
 
     def __init__(self, log: Path | None = None, delay: float = 0.0, fail_keys: frozenset[str] = frozenset()) -> None:
         self.calls: list[str] = []
         self.log, self.delay, self.fail_keys = log, delay, fail_keys
 
-    def __call__(self, c: Compiled, settings: Settings) -> TrialResult:
+    def vendor(self, kernel, problem, plan):
+        return "fake-BLAS", Timing(2.0, 2.0, 2.0, 0.0, 5)
+
+    def measure(self, c: Compiled, settings: Settings) -> TrialResult:
+        if c.status is not None:
+            return TrialResult(c.status, c.reason, c.kernel_name, c.candidate.config)
         key = c.candidate.config.key
         self.calls.append(key)
         if self.log is not None:
@@ -56,6 +61,9 @@ class FakeEvaluator:
                 Status.VERIFY_FAILED, "relative error 1 exceeds tolerance", c.kernel_name, c.candidate.config
             )
         ms = fake_time(c.candidate.config.as_dict())
+        if settings.abort_above_ms is not None and ms > settings.abort_above_ms:
+            t = Timing(ms, ms, ms, 0.0, 3, aborted=True)
+            return TrialResult(Status.PRUNED, "slow", c.kernel_name, c.candidate.config, t)
         t = Timing(ms, ms, ms, 0.0, 5)
         p = c.candidate.problem
         return TrialResult(
@@ -63,12 +71,9 @@ class FakeEvaluator:
         )
 
 
-def fake_vendor(problem, plan):
-    return "fake-BLAS", Timing(2.0, 2.0, 2.0, 0.0, 5)
-
-
 def main() -> None:
     """python tests/fakes.py SPEC STORAGE LOG TRIALS: a slow fake run that a test kills."""
+    from autotune.compile_pool import CompilePool
     from autotune.search import open_storage, tune_shape
     from autotune.spec import load_spec
 
@@ -77,9 +82,16 @@ def main() -> None:
     settings = Settings(arch="sm_90", tolerance=1e-5)
     tune_shape(
         spec, spec.problems[0], settings, open_storage(storage), trials=int(trials), minutes=None,
-        evaluate_fn=FakeEvaluator(Path(log), delay=0.2), vendor_fn=fake_vendor, compile_fn=fake_compile,
+        evaluator=FakeEvaluator(Path(log), delay=0.2), compiler=CompilePool("sm_90", 1, fake_compile), prefetch=1,
     )  # fmt: skip
 
 
 if __name__ == "__main__":
     main()
+
+
+def slow_compile(source: str, kernel_name: str, arch: str) -> CompileResult:
+    """Sleeps far past any test timeout for kernels whose name contains 'bx64'."""
+    if "bx64" in kernel_name:
+        time.sleep(60)
+    return fake_compile(source, kernel_name, arch)

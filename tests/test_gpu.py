@@ -100,3 +100,37 @@ def test_a_corrupt_tuned_file_stops_before_tuning(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and str(bad) in err and "Traceback" not in err
     assert bad.read_text() == "{oops"
+
+
+def test_a_faulting_and_a_hanging_candidate_do_not_take_the_run_down(tmp_path, settings):
+    from dataclasses import replace
+
+    from autotune.compile_pool import CompilePool
+    from autotune.search import SEARCH_PLAN, open_storage, tune_shape
+    from autotune.spec import parse_spec
+    from autotune.worker import GPUWorker
+    from tests.gpu_faults import FAULTING, HANGING, sabotaging_compile
+
+    spec = parse_spec(
+        {
+            "kernel": "gemm", "template": "naive", "dtype": "float32", "shapes": [[512, 512, 512]],
+            "params": {"BX": [4, 8, 16, 32], "BY": [4, 8, 16]}, "sampler": "brute", "budget": {"trials": 100},
+        },
+        "faults.yaml",
+    )  # fmt: skip
+    storage = open_storage(str(tmp_path / "faults.journal"))
+    s = replace(settings, timing=SEARCH_PLAN, timeout_s=5.0)
+    with GPUWorker() as worker, CompilePool(s.arch, jobs=1, compile_fn=sabotaging_compile) as compiler:
+        out = tune_shape(spec, spec.problems[0], s, storage, trials=100, minutes=None, evaluator=worker,
+                         compiler=compiler, abort_ratio=None)  # fmt: skip
+        restarts = worker.restarts
+    assert out.stopped == "search space exhausted" and out.evaluated == 12
+    assert out.statuses == {"complete": 10, "launch-failed": 1, "timed-out": 1}, out.statuses
+    assert restarts >= 2
+    assert out.best is not None and out.best.ok and out.best.kernel_name not in (FAULTING, HANGING)
+    import optuna
+
+    study = optuna.load_study(study_name=out.study_name, storage=storage)
+    reasons = {t.user_attrs["result"]["kernel_name"]: t.user_attrs["result"].get("reason", "") for t in study.trials}
+    assert "illegal" in reasons[FAULTING].lower() or "died" in reasons[FAULTING]
+    assert "no answer" in reasons[HANGING]

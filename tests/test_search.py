@@ -12,10 +12,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.compile_pool import CompilePool
 from autotune.evaluate import Settings, Status
 from autotune.search import open_storage, study_name, tune_shape
+from autotune.space import Config
 from autotune.spec import load_spec
-from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time, fake_vendor
+from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = Settings(arch="sm_90", tolerance=1e-5)
@@ -31,10 +33,10 @@ def spec_file(tmp_path: Path):
     return write
 
 
-def run(spec, storage, evaluator, trials=8, minutes=None, problem=0):
+def run(spec, storage, evaluator, trials=8, minutes=None, problem=0, abort_ratio=None, prefetch=3):
     return tune_shape(
-        spec, spec.problems[problem], SETTINGS, storage, trials=trials, minutes=minutes,
-        evaluate_fn=evaluator, vendor_fn=fake_vendor, compile_fn=fake_compile,
+        spec, spec.problems[problem], SETTINGS, storage, trials=trials, minutes=minutes, evaluator=evaluator,
+        compiler=CompilePool("sm_90", 1, fake_compile), prefetch=prefetch, abort_ratio=abort_ratio,
     )  # fmt: skip
 
 
@@ -106,10 +108,10 @@ def test_failed_candidates_are_recorded_with_reason_and_never_best(spec_file, tm
     out = run(spec, storage, ev, trials=1000)
     assert out.best.config.key != best_key
     study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
-    failed = [t for t in study.trials if t.user_attrs.get("config_key") == best_key]
+    failed = [t for t in study.trials if t.user_attrs.get("result", {}).get("config_key") == best_key]
     assert failed and failed[0].state == optuna.trial.TrialState.FAIL
     assert failed[0].user_attrs["status"] == Status.VERIFY_FAILED.value
-    assert "tolerance" in failed[0].user_attrs["reason"]
+    assert "tolerance" in failed[0].user_attrs["result"]["reason"]
 
 
 def test_each_shape_has_its_own_study(spec_file, tmp_path):
@@ -155,7 +157,8 @@ def test_killed_run_loses_no_completed_trial(spec_file, tmp_path):
     spec = load_spec(spec_path)
     storage = open_storage(str(storage_path))
     study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
-    completed = {t.user_attrs["config_key"] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    done = optuna.trial.TrialState.COMPLETE
+    completed = {t.user_attrs["result"]["config_key"] for t in study.trials if t.state == done}
     # Every evaluation but the one in flight when the process died was told to the study.
     assert len(completed) >= len(before_kill) - 1
 
@@ -167,3 +170,27 @@ def test_killed_run_loses_no_completed_trial(spec_file, tmp_path):
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     interrupted = [t for t in study.trials if t.user_attrs.get("status") == "interrupted"]
     assert len(interrupted) <= 1
+
+
+def test_slow_candidates_are_pruned_early_and_never_best(spec_file, tmp_path):
+    spec = load_spec(spec_file("brute"))
+    ev = FakeEvaluator()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=1000, abort_ratio=1.2)
+    assert out.statuses.get("pruned", 0) > 0
+    assert out.best.config.as_dict() == {"BX": 32, "BY": 8}
+
+
+def test_prefetched_candidates_left_at_the_end_are_freed_for_the_next_run(spec_file, tmp_path):
+    spec = load_spec(spec_file("random"))
+    storage = open_storage(str(tmp_path / "s.journal"))
+    ev = FakeEvaluator(delay=0.05)
+    run(spec, storage, ev, trials=None, minutes=0.2 / 60, prefetch=6)
+    study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
+    left = [t for t in study.trials if t.user_attrs.get("status") == "unevaluated"]
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    ev2 = FakeEvaluator()
+    out = run(spec, storage, ev2, trials=1000)
+    assert out.stopped == "search space exhausted"
+    # a configuration asked for but never run is evaluated by the next run
+    for t in left:
+        assert Config.of(t.params).key in ev2.calls

@@ -1,0 +1,166 @@
+"""A GPU worker process: candidates are launched there, so a kernel that faults or hangs costs a
+restarted worker, not the run.
+
+The parent sends small messages over a pipe; the worker keeps one fixture (inputs and float64
+reference) per problem, so verification happens on the device against a reference computed once.
+After any CUDA error the worker exits, since a faulted context is unusable; the parent starts a new
+one on the next request. A request that does not answer within its timeout kills the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import traceback
+from typing import Any
+
+from .bench import L2Flusher, Timing, TimingPlan
+from .evaluate import Compiled, Settings, Status, TrialResult, _result, make_fixture, measure, time_vendor
+
+log = logging.getLogger(__name__)
+
+SETUP_TIMEOUT_S = 300.0
+
+
+def _serve(conn: Any) -> None:
+    """The worker's loop: answer requests until told to stop or a CUDA error makes the context unusable."""
+    from cupy.cuda.runtime import CUDARuntimeError
+    from cupy_backends.cuda.api.driver import CUDADriverError
+
+    flush = None
+    fixtures: dict[Any, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        kind = msg[0]
+        if kind == "stop":
+            return
+        if flush is None:
+            flush = L2Flusher()
+        if kind == "setup":
+            _, kernel, problem, seed = msg
+            fixtures.clear()  # one problem at a time keeps device memory bounded
+            fixtures[(kernel, problem)] = make_fixture(kernel, problem, seed)
+            conn.send(("ready", None))
+        elif kind == "measure":
+            _, compiled, settings = msg
+            fixture = fixtures.get((compiled.candidate.kernel, compiled.candidate.problem))
+            try:
+                result = measure(compiled, settings, flush, fixture)
+            except (CUDADriverError, CUDARuntimeError) as exc:  # a fault that surfaced after the first launch
+                result = _result(compiled, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
+            except Exception:  # noqa: BLE001 - a bug in autotune: the parent re-raises it with this text
+                conn.send(("crash", traceback.format_exc()))
+                os._exit(4)
+            conn.send(("result", result))
+            if result.status is Status.LAUNCH_FAILED:
+                os._exit(3)  # the CUDA context may be poisoned; the parent starts a fresh worker
+        elif kind == "vendor":
+            _, kernel, problem, plan = msg
+            conn.send(("vendor", time_vendor(kernel, problem, flush, plan)))
+        else:
+            conn.send(("error", f"unknown request {kind!r}"))
+
+
+class GPUWorker:
+    """The parent's handle on the worker process. Not thread-safe: one request at a time."""
+
+    def __init__(self) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self._ready: tuple[str, Any, int] | None = None  # the problem whose fixture the worker holds
+        self._setups = 0
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_serve, args=(child,), daemon=True, name="autotune-gpu-worker")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+        self._ready = None
+        self.restarts += 1
+
+    def _request(self, msg: tuple, timeout: float) -> tuple[str, Any] | str:
+        """The reply, or a string saying why there is none (timed out, worker died)."""
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self._kill()
+            self._start()
+        try:
+            self._conn.send(msg)
+            if not self._conn.poll(timeout):
+                self._kill()
+                return f"no answer within {timeout:g} s (hung kernel?); the worker was replaced"
+            return self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            code = self._proc.exitcode if self._proc is not None else None
+            self._kill()
+            return f"the GPU worker died (exit code {code}); it was replaced"
+
+    def _setup(self, kernel: str, problem: Any, seed: int) -> str | None:
+        """Make the worker hold fresh random inputs and their reference for ``problem``."""
+        if self._ready == (kernel, problem, seed) and self._proc is not None and self._proc.is_alive():
+            return None
+        self._setups += 1  # every setup draws new inputs, also after a restart
+        reply = self._request(("setup", kernel, problem, seed * 1_000_003 + self._setups), SETUP_TIMEOUT_S)
+        if isinstance(reply, str):
+            return reply
+        self._ready = (kernel, problem, seed)
+        return None
+
+    def measure(self, compiled: Compiled, settings: Settings) -> TrialResult:
+        if compiled.status is not None:
+            return _result(compiled, compiled.status, compiled.reason)
+        cand = compiled.candidate
+        trouble = self._setup(cand.kernel, cand.problem, settings.seed)
+        if trouble is not None:
+            return _result(compiled, Status.LAUNCH_FAILED, f"could not prepare inputs: {trouble}")
+        reply = self._request(("measure", compiled, settings), settings.timeout_s)
+        if isinstance(reply, str):
+            status = Status.TIMED_OUT if reply.startswith("no answer") else Status.LAUNCH_FAILED
+            return _result(compiled, status, reply)
+        if reply[0] == "crash":
+            self._kill()
+            raise RuntimeError(f"the GPU worker crashed (a bug in autotune):\n{reply[1]}")
+        result = reply[1]
+        if result.status is Status.LAUNCH_FAILED:
+            # The worker exits after sending this; reap it so the next request starts a fresh one.
+            self._kill()
+        return result
+
+    def vendor(self, kernel: str, problem: Any, plan: TimingPlan) -> tuple[str, Timing] | None:
+        reply = self._request(("vendor", kernel, problem, plan), SETUP_TIMEOUT_S)
+        if isinstance(reply, str):
+            log.warning("vendor timing failed: %s", reply)
+            return None
+        return reply[1]
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("stop",))
+                self._proc.join(10)
+            except (BrokenPipeError, OSError):
+                pass
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+        self._proc = self._conn = None
+
+    def __enter__(self) -> GPUWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
