@@ -19,5 +19,7 @@ def sabotaging_compile(source: str, kernel_name: str, arch: str) -> CompileResul
         source = source.replace(_STORE, "C[(size_t)row * N + col + (1ull << 40)] = acc;")
     elif kernel_name == HANGING:
         assert _STORE in source
-        source = source.replace(_STORE, "volatile int spin = 1; while (spin) {} " + _STORE)
+        # A volatile global load each turn: the compiler cannot drop the loop (inputs are never NaN).
+        spin = "while (((volatile const float*)A)[0] == ((volatile const float*)A)[0]) {} "
+        source = source.replace(_STORE, spin + _STORE)
     return compile_source(source, kernel_name, arch)
