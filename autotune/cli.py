@@ -218,7 +218,9 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     storage = open_storage(storage_url)
     settings = Settings(
         arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
-        registers_per_block=gpu.registers_per_block, timing=SEARCH_PLAN, seed=spec.seed, timeout_s=args.timeout,
+        registers_per_block=gpu.registers_per_block, registers_per_sm=gpu.registers_per_sm,
+        shared_per_sm=gpu.shared_per_sm, threads_per_sm=gpu.threads_per_sm, timing=SEARCH_PLAN, seed=spec.seed,
+        timeout_s=args.timeout,
     )  # fmt: skip
     trials = args.trials if args.trials is not None else spec.budget.trials
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes

@@ -15,6 +15,9 @@ class GPUInfo:
     multiprocessors: int
     max_shared_per_block: int  # opt-in limit in bytes
     registers_per_block: int
+    registers_per_sm: int
+    shared_per_sm: int
+    threads_per_sm: int
     l2_bytes: int
     driver: str
     runtime: str
@@ -55,6 +58,9 @@ def current_gpu() -> GPUInfo:
         multiprocessors=attrs["MultiProcessorCount"],
         max_shared_per_block=attrs.get("MaxSharedMemoryPerBlockOptin", 48 * 1024),
         registers_per_block=attrs.get("MaxRegistersPerBlock", 64 * 1024),
+        registers_per_sm=attrs.get("MaxRegistersPerMultiprocessor", 64 * 1024),
+        shared_per_sm=attrs.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
+        threads_per_sm=attrs.get("MaxThreadsPerMultiProcessor", 2048),
         l2_bytes=attrs.get("L2CacheSize", 0),
         driver=_version(cp.cuda.runtime.driverGetVersion()),
         runtime=_version(cp.cuda.runtime.runtimeGetVersion()),

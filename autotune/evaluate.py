@@ -45,6 +45,9 @@ class Settings:
     tolerance: float
     max_shared_bytes: int = 48 * 1024  # per block, opt-in limit
     registers_per_block: int = 64 * 1024
+    registers_per_sm: int = 64 * 1024
+    shared_per_sm: int = 228 * 1024
+    threads_per_sm: int = 2048
     timing: TimingPlan = field(default_factory=TimingPlan)
     seed: int = 0
     abort_above_ms: float | None = None  # stop timing a candidate whose first launches are slower than this
@@ -61,6 +64,7 @@ class Compiled:
     template_hash: str = ""
     source: str = field(default="", repr=False)
     compiled: CompileResult | None = None
+    occupancy: float | None = None  # estimated resident warps per SM over the maximum
     status: Status | None = None  # set when preparation already decided the fate
     reason: str | None = None
 
@@ -81,6 +85,7 @@ class TrialResult:
     compile_s: float | None = None
     source_hash: str = ""
     template_hash: str = ""
+    occupancy: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -124,13 +129,31 @@ def finish(c: Compiled, result: CompileResult, settings: Settings | None = None)
     if result.spills:
         return replace(base, status=Status.INVALID, reason=f"spills {result.spills} bytes to local memory")
     cand = c.candidate
+    settings = settings or Settings(arch="", tolerance=0.0)
     launch = FAMILIES[cand.kernel].launch(cand.template, cand.config.as_dict(), cand.problem)
     threads = launch.block[0] * launch.block[1] * launch.block[2]
-    limit = settings.registers_per_block if settings else 64 * 1024
+    limit = settings.registers_per_block
     if result.registers and result.registers * threads > limit:
         reason = f"{result.registers} registers x {threads} threads exceed the {limit} registers of a block"
         return replace(base, status=Status.INVALID, reason=reason)
-    return base
+    shared = launch.shared_bytes + (result.static_smem or 0)
+    blocks = blocks_per_sm(result.registers or 0, threads, shared, settings)
+    if blocks == 0:
+        return replace(base, status=Status.INVALID, reason="not one block fits on a multiprocessor")
+    return replace(base, occupancy=blocks * -(-threads // 32) / (settings.threads_per_sm // 32))
+
+
+def blocks_per_sm(registers: int, threads: int, shared_bytes: int, s: Settings) -> int:
+    """Resident blocks per multiprocessor, limited by registers, shared memory and threads.
+
+    Registers are allocated per warp in units of 256; each block also reserves 1 KB of shared memory.
+    """
+    warps = -(-threads // 32)
+    regs_per_warp = -(-(registers * 32) // 256) * 256
+    by_regs = s.registers_per_sm // (regs_per_warp * warps) if registers else 32
+    by_shared = s.shared_per_sm // (shared_bytes + 1024)
+    by_threads = s.threads_per_sm // threads
+    return max(0, min(32, by_regs, by_shared, by_threads))
 
 
 def prepare(candidate: Candidate, settings: Settings) -> Compiled:
@@ -173,6 +196,7 @@ def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> Tr
         compile_s=r.seconds if r else None,
         source_hash=c.source_hash,
         template_hash=c.template_hash,
+        occupancy=c.occupancy,
         **extra,
     )
 

@@ -126,6 +126,7 @@ def result_attrs(r: TrialResult) -> dict[str, Any]:
         "shared_bytes": r.shared_bytes,
         "spills": r.spills,
         "compile_s": r.compile_s,
+        "occupancy": r.occupancy,
         "source_hash": r.source_hash,
         "template_hash": r.template_hash,
     }
@@ -140,7 +141,7 @@ def result_from_trial(t: Any, config: Config) -> TrialResult:
     return TrialResult(
         Status(t.user_attrs["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
         a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
-        a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""),
+        a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""), a.get("occupancy"),
     )  # fmt: skip
 
 
