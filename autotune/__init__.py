@@ -6,6 +6,7 @@ Importing this package touches neither the GPU nor Optuna; those load when they 
 from .errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
 from .evaluate import Candidate, Settings, Status, TrialResult, evaluate
 from .expr import Expression
+from .runtime import Launcher, gemm, load
 from .space import Config, Param, Space
 from .spec import Spec, load_spec, parse_spec
 
@@ -26,7 +27,10 @@ __all__ = [
     "Status",
     "StoreError",
     "TrialResult",
+    "Launcher",
     "evaluate",
+    "gemm",
+    "load",
     "load_spec",
     "parse_spec",
 ]

@@ -74,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--limit", type=int, metavar="N", help="with --compile-only: compile a seeded sample of N candidates"
     )
+    export = sub.add_parser(
+        "export",
+        help="write tuned configurations as a C/C++ header plus rendered .cu sources",
+        description="Write <out>/autotune_tuned.h (one row per tuned GPU and shape) and <out>/<gpu-key>/*.cu.",
+    )
+    export.add_argument("--tuned-dir", type=Path, help="tuned results to export (default: the package's tuned/)")
+    export.add_argument("--out", type=Path, default=Path("export"), help="output directory (default export/)")
     return parser
 
 
@@ -88,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "export":
+            return cmd_export(args)
     except AutotuneError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -95,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
         print("\nautotune: interrupted; finished trials are saved, run the same command to resume", file=sys.stderr)
         return 130
     return 2
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
+    from .runtime import default_tuned_dir
+
+    tuned_dir = args.tuned_dir or default_tuned_dir()
+    if not tuned_dir.is_dir():
+        raise AutotuneError(f"{tuned_dir} is not a directory of tuned results")
+    paths = export(tuned_dir, args.out)
+    print(f"wrote {paths[0]} and {len(paths) - 1} kernel sources under {args.out}")
+    return 0
 
 
 def _positive(name: str, v: float | None) -> None:

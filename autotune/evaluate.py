@@ -168,7 +168,7 @@ _modules: dict[bytes, Any] = {}
 _seeds = itertools.count()
 
 
-def _load(compiled: CompileResult, shared_bytes: int) -> Any:
+def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
     """Load a cubin (cached by content) and raise the dynamic shared-memory limit if needed."""
     import cupy as cp
     from cupy_backends.cuda.api import driver
@@ -234,7 +234,7 @@ def measure(
     if fixture is None or fixture.problem != problem:
         fixture = make_fixture(cand.kernel, problem, seed=settings.seed * 1_000_003 + next(_seeds))
     try:
-        fn = _load(c.compiled, launch.shared_bytes)
+        fn = load_kernel(c.compiled, launch.shared_bytes)
         out = family.new_output(problem)
         args = family.kernel_args(problem, fixture.inputs, out)
         verify.poison(out)

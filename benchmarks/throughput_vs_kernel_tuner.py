@@ -144,8 +144,14 @@ def time_cublas() -> float:
 
 def retime(params: dict) -> dict:
     """Verify and time one configuration with this script's harness (the same for every row)."""
+    try:
+        return _retime(params)
+    except Exception as exc:  # noqa: BLE001 - keep the part's counts even if the winner cannot be re-run
+        return {"retime_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _retime(params: dict) -> dict:
     import cupy as cp
-    import numpy as np
 
     launch = FAMILY.launch("simt", template_params(params), PROBLEM)
     fn = cp.RawModule(code=kt_source(params), options=("-std=c++17",)).get_function(KT_NAME)
@@ -153,7 +159,7 @@ def retime(params: dict) -> dict:
         fn.max_dynamic_shared_size_bytes = launch.shared_bytes
     a, b = inputs()
     c = cp.full((M, N), cp.nan, dtype=cp.float32)
-    args = (a, b, c, np.int32(M), np.int32(N), np.int32(K))
+    args = FAMILY.kernel_args(PROBLEM, (a, b), c)  # (A, B, C, M, N, K[, alpha=1, beta=0]): the family's own
     run = lambda: fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)  # noqa: E731
     run()
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
@@ -192,7 +198,9 @@ def part_kt(args) -> dict:
                 self.func.max_dynamic_shared_size_bytes = self.smem_size
 
         CupyFunctions.copy_shared_memory_args = copy_shared_memory_args
-    arguments = [a, b, np.full((M, N), np.nan, dtype=np.float32), np.int32(M), np.int32(N), np.int32(K)]
+    arguments = list(FAMILY.kernel_args(PROBLEM, (a, b), np.full((M, N), np.nan, dtype=np.float32)))
+    answer = [None] * len(arguments)
+    answer[2] = c_ref  # only C is compared
     state = {"current": None, "generated": 0, "bad": {}}
 
     def source(p: dict) -> str:  # Kernel Tuner calls this with the config dict, just before compiling it
@@ -213,7 +221,7 @@ def part_kt(args) -> dict:
     np.random.seed(0)  # random_sample draws from numpy's global generator
     options = dict(
         grid_div_x=["BN"], grid_div_y=["BM"], restrictions=kt_restrictions(spec, smem_limit),
-        answer=[None, None, c_ref, None, None, None], verify=verify, lang="cupy",
+        answer=answer, verify=verify, lang="cupy",
         smem_args={"size": lambda p: FAMILY.derived("simt", template_params(p))["SHARED_BYTES"]},
         compiler_options=["-std=c++17"], defines={}, iterations=7, quiet=True,
         strategy="random_sample", strategy_options={"time_limit": args.seconds, "fraction": 1.0},
@@ -304,8 +312,8 @@ def run_part(args, part: str, sampler: str, spec: Path) -> dict:
            "--seconds", str(args.seconds), "--work", str(args.work), "--result", str(result)]  # fmt: skip
     cmd += ["--raise-smem"] if args.raise_smem else []
     print(f"--- {part} ({sampler}), {args.seconds:g} s", file=sys.stderr, flush=True)
-    try:
-        rc = subprocess.run(cmd, env=env, cwd=args.work, timeout=args.seconds * 4 + 900).returncode  # KT dumps temp_*.c in cwd
+    try:  # cwd: Kernel Tuner writes temp_*.c files there when a compile fails
+        rc = subprocess.run(cmd, env=env, cwd=args.work, timeout=args.seconds * 4 + 900).returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
     row = json.loads(result.read_text()) if result.exists() else {"error": f"part exited {rc} without a result"}
@@ -366,6 +374,12 @@ def main() -> int:
         "seconds": args.seconds, "shape": [M, N, K], "dtype": "float32", "raise_smem": args.raise_smem,
         "space_size": n_space, "cublas_ms": cublas_ms, "cublas_tflops": PROBLEM.flops / cublas_ms / 1e9,
         "spec": yaml.safe_load(spec.read_text()), "work_dir": str(args.work),
+        "method": "wall_s: the tune_kernel call for Kernel Tuner (its time_limit covers its start-up), the whole "
+        "`autotune run` process for autotune (start-up, cuBLAS timing and final re-timing included); evaluated: "
+        "configurations compiled and launched (Kernel Tuner: its results less InvalidConfig; autotune: trials less "
+        "duplicates, invalid and unevaluated); best_ms: each row's winner re-verified and timed here like cuBLAS "
+        "(CUDA events, 128 MB L2 flush before each launch, median of 30); tool_best_ms: the tool's own number "
+        "(Kernel Tuner: mean of 7 launches, no flush; autotune: median, L2 flushed)",
     }  # fmt: skip
     kt = next((r for r in rows if r["tool"] == "kernel_tuner" and r.get("configs_per_min")), None)
     for r in rows:

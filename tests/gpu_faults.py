@@ -10,13 +10,13 @@ from autotune.compiler import CompileResult, compile_source
 FAULTING = "gemm_naive_bx8_by8"
 HANGING = "gemm_naive_bx16_by4"
 
-_STORE = "C[(size_t)row * N + col] = acc;"
+_STORE = "float* c = C + (size_t)row * N + col;"
 
 
 def sabotaging_compile(source: str, kernel_name: str, arch: str) -> CompileResult:
     if kernel_name == FAULTING:
         assert _STORE in source
-        source = source.replace(_STORE, "C[(size_t)row * N + col + (1ull << 40)] = acc;")
+        source = source.replace(_STORE, "float* c = C + (size_t)row * N + col + (1ull << 40);")
     elif kernel_name == HANGING:
         assert _STORE in source
         # A volatile global load each turn: the compiler cannot drop the loop (inputs are never NaN).

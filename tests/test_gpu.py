@@ -134,3 +134,66 @@ def test_a_faulting_and_a_hanging_candidate_do_not_take_the_run_down(tmp_path, s
     reasons = {t.user_attrs["result"]["kernel_name"]: t.user_attrs["result"].get("reason", "") for t in study.trials}
     assert "illegal" in reasons[FAULTING].lower() or "died" in reasons[FAULTING]
     assert "no answer" in reasons[HANGING]
+
+
+def _reference(a, b, c=None, alpha=1.0, beta=0.0):
+    import cupy as cp
+
+    ref = alpha * (a.astype(cp.float64) @ b.astype(cp.float64))
+    if beta:
+        ref += beta * c.astype(cp.float64)
+    return ref
+
+
+def _rel(out, ref):
+    import cupy as cp
+
+    return float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+
+
+def test_runtime_gemm_on_a_never_tuned_shape_is_correct(tmp_path, monkeypatch):
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    rng = cp.random.default_rng(7)
+    a = rng.standard_normal((3000, 700), dtype=cp.float32)
+    b = rng.standard_normal((700, 5000), dtype=cp.float32)
+    out = autotune.gemm(a, b)
+    assert out.shape == (3000, 5000) and _rel(out, _reference(a, b)) < 1e-5
+    launcher = autotune.load("gemm", M=3000, N=5000, K=700)
+    assert launcher.provenance["step"] in ("nearest", "same-arch", "default")
+
+
+def test_runtime_alpha_beta_and_odd_shapes(tmp_path, monkeypatch):
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    rng = cp.random.default_rng(11)
+    for m, n, k in [(1, 1, 1), (37, 91, 13), (4095, 4097, 4093), (16, 4096, 4096)]:
+        a = rng.standard_normal((m, k), dtype=cp.float32)
+        b = rng.standard_normal((k, n), dtype=cp.float32)
+        c = rng.standard_normal((m, n), dtype=cp.float32)
+        ref = _reference(a, b, c, alpha=0.5, beta=-2.0)
+        out = autotune.gemm(a, b, out=c, alpha=0.5, beta=-2.0)
+        assert out is c and _rel(out, ref) < 1e-5, (m, n, k)
+        poisoned = cp.full((m, n), cp.nan, dtype=cp.float32)  # beta = 0 never reads C
+        assert _rel(autotune.gemm(a, b, out=poisoned), _reference(a, b)) < 1e-5
+
+
+def test_runtime_takes_torch_tensors_and_transposed_views(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    a = torch.randn(300, 200, device="cuda")
+    b = torch.randn(500, 200, device="cuda").t()  # not contiguous: copied first
+    out = autotune.gemm(a, b)
+    assert isinstance(out, torch.Tensor) and out.shape == (300, 500)
+    ref = cp.asarray(a).astype(cp.float64) @ cp.asarray(b.contiguous()).astype(cp.float64)
+    assert _rel(cp.asarray(out), ref) < 1e-5

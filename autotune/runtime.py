@@ -1,0 +1,339 @@
+"""Serve tuned kernels at run time: look up the best verified configuration, compile once, launch.
+
+The lookup chain, each step logged at debug level:
+
+1. exact: this GPU, dtype, layout and shape in ``tuned/<gpu-key>/<kernel>.json``;
+2. nearest: the closest tuned shape on this GPU (the kernels handle any shape, so its config applies);
+3. same architecture: the same steps on another GPU of the same ``sm_XX``;
+4. default: the family's default configuration, which the GPU test tier verifies on odd shapes.
+
+Entries tuned with a different template (hash) than the one installed are skipped: a configuration is
+served only with the source it was verified with. Compiled cubins are cached on disk, keyed by the
+rendered source, the compile options, the architecture and the NVRTC version, and in process.
+
+>>> import cupy as cp, autotune                                    # doctest: +SKIP
+>>> c = autotune.gemm(cp.ones((300, 500), cp.float32), cp.ones((500, 70), cp.float32))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .compiler import CompileResult, compile_source, nvrtc_version
+from .errors import AutotuneError
+from .kernels import FAMILIES
+from .store import read, tuned_file
+from .templates import render, template_hash
+
+log = logging.getLogger(__name__)
+
+ENV_TUNED_DIR = "AUTOTUNE_TUNED_DIR"
+ENV_CACHE_DIR = "AUTOTUNE_CACHE_DIR"
+
+
+def default_tuned_dir() -> Path:
+    """``$AUTOTUNE_TUNED_DIR``, else the tuned/ results that ship with the package."""
+    if os.environ.get(ENV_TUNED_DIR):
+        return Path(os.environ[ENV_TUNED_DIR])
+    here = Path(__file__).resolve().parent.parent / "tuned"
+    if here.is_dir():
+        return here
+    from importlib import resources
+
+    return Path(str(resources.files("autotune") / "_tuned"))
+
+
+def cache_dir() -> Path:
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autotune"
+
+
+# --- choosing a configuration (pure: no GPU) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the lookup chain picked, and why."""
+
+    template: str
+    params: dict[str, Any]
+    step: str  # exact | nearest | same-arch | default
+    source: str  # where the entry came from, e.g. "nvidia-h200-sm90 float32/NN/4096x4096x4096"
+    entry: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    return sum(abs(math.log(x / y)) for x, y in zip(a, b, strict=True))
+
+
+def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
+    family = FAMILIES[kernel]
+    template = entry.get("template")
+    if entry.get("verified") is not True or template not in family.templates:
+        log.debug("skip %s %s: not a verified entry of a known template", where, key)
+        return False
+    current = template_hash(kernel, template)
+    if entry.get("template_hash") != current:
+        log.debug(
+            "skip %s %s: tuned with template %s, installed is %s", where, key, entry.get("template_hash"), current
+        )
+        return False
+    if family.check(template, entry.get("params", {})) is not None:
+        log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
+        return False
+    return True
+
+
+def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, layout: str) -> Choice | None:
+    """Exact entry, else the nearest usable shape of the same dtype and layout, in one tuned file."""
+    family = FAMILIES[kernel]
+    exact = f"{problem.dtype}/{layout}/{problem.label}"
+    entries = doc.get("entries", {})
+    if exact in entries and _usable(kernel, exact, entries[exact], gpu_key):
+        e = entries[exact]
+        return Choice(e["template"], dict(e["params"]), "exact", f"{gpu_key} {exact}", e)
+    dims = (problem.M, problem.N, problem.K)
+    best: tuple[float, str] | None = None
+    for key, e in entries.items():
+        dtype, lay, label = key.split("/")
+        if dtype != problem.dtype or lay != layout or not _usable(kernel, key, e, gpu_key):
+            continue
+        other = family.problem(label, dtype)
+        d = _distance(dims, (other.M, other.N, other.K))
+        if best is None or d < best[0]:
+            best = (d, key)
+    if best is None:
+        return None
+    e = entries[best[1]]
+    return Choice(e["template"], dict(e["params"]), "nearest", f"{gpu_key} {best[1]}", e)
+
+
+def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str = "NN") -> Choice:
+    """Walk the lookup chain for ``problem`` on the GPU ``gpu_key`` (of architecture ``arch``)."""
+    own = tuned_file(tuned_dir, gpu_key, kernel)
+    if own.exists():
+        found = _search_doc(kernel, read(own), gpu_key, problem, layout)
+        if found is not None:
+            log.debug("%s %s: %s config from %s", kernel, problem.label, found.step, found.source)
+            return found
+    suffix = "-" + arch.replace("_", "")
+    others = sorted(p for p in tuned_dir.glob(f"*{suffix}/{kernel}.json") if p.parent.name != gpu_key)
+    for path in others:
+        found = _search_doc(kernel, read(path), path.parent.name, problem, layout)
+        if found is not None:
+            choice = Choice(found.template, found.params, "same-arch", found.source, found.entry)
+            log.debug("%s %s: same-arch config from %s", kernel, problem.label, choice.source)
+            return choice
+    template, params = FAMILIES[kernel].default_config(problem.dtype)
+    log.debug("%s %s: no tuned entry applies; default %s config", kernel, problem.label, template)
+    return Choice(template, params, "default", "default")
+
+
+# --- compiling with a cache ----------------------------------------------------------------------------
+
+
+class CubinCache:
+    """Cubins by (rendered source hash, arch, options, NVRTC version): in process and on disk. Thread-safe."""
+
+    def __init__(self, directory: Path | None = None, options: tuple[str, ...] = ()) -> None:
+        self.directory = directory
+        self.options = options
+        self._mem: dict[str, CompileResult] = {}
+        self._lock = threading.Lock()
+        self.compiles = 0
+
+    def key(self, source_hash: str, arch: str) -> str:
+        text = "|".join([source_hash, arch, " ".join(self.options), nvrtc_version()])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def get(self, source: str, source_hash: str, kernel_name: str, arch: str) -> CompileResult:
+        key = self.key(source_hash, arch)
+        with self._lock:
+            if key in self._mem:
+                return self._mem[key]
+            path = (self.directory or cache_dir()) / "cubin" / f"{key}.cubin"
+            if path.is_file():
+                result = CompileResult(kernel_name, path.read_bytes(), "disk cache", 0.0)
+            else:
+                result = compile_source(source, kernel_name, arch, self.options)
+                self.compiles += 1
+                if not result.ok:
+                    raise AutotuneError(f"{kernel_name} does not compile for {arch}: {result.error}")
+                _write_atomic(path, result.cubin)  # type: ignore[arg-type]
+            self._mem[key] = result
+            return result
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only cache costs compiles, not correctness
+        log.debug("cannot write the cubin cache %s: %s", path, exc)
+
+
+# --- launching -----------------------------------------------------------------------------------------
+
+
+class Launcher:
+    """A compiled tuned kernel for one (GPU, dtype, layout, shape); call it like the function it computes."""
+
+    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str) -> None:
+        self.kernel, self.problem, self.choice = kernel, problem, choice
+        self.kernel_name = kernel_name
+        self._fn = fn
+        self._grid, self._block, self._shared = launch.grid, launch.block, launch.shared_bytes
+        import numpy as np
+
+        self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K))
+        self._f32 = np.float32
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.choice.params)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where the configuration came from: lookup step, entry key, and the stored entry's record."""
+        return {"step": self.choice.step, "source": self.choice.source, "template": self.choice.template,
+                "entry": self.choice.entry}  # fmt: skip
+
+    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        """Launch on CuPy arrays of the launcher's shape (C-contiguous float32; not checked here)."""
+        self._fn(self._grid, self._block, (a, b, out, *self._dims, self._f32(alpha), self._f32(beta)),
+                 shared_mem=self._shared)  # fmt: skip
+        return out
+
+    def __repr__(self) -> str:
+        return f"Launcher({self.kernel_name}, {self.problem.label}, {self.choice.step} from {self.choice.source})"
+
+
+_cache = CubinCache()
+_launchers: dict[tuple, Launcher] = {}
+_by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
+_launchers_lock = threading.Lock()
+
+
+@functools.cache
+def _gpu(device_id: int) -> tuple[str, str]:
+    from .device import current_gpu
+
+    gpu = current_gpu()
+    return gpu.key, gpu.arch
+
+
+def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tuned_dir: str | Path | None = None,
+         **shape: int) -> Launcher:  # fmt: skip
+    """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)``."""
+    import cupy as cp
+
+    if kernel not in FAMILIES:
+        raise AutotuneError(f"unknown kernel family {kernel!r}; expected one of {', '.join(FAMILIES)}")
+    family = FAMILIES[kernel]
+    if kernel == "gemm":
+        if set(shape) != {"M", "N", "K"}:
+            raise AutotuneError(f"load('gemm', ...) needs M, N and K, got {', '.join(shape) or 'none'}")
+        problem = family.problem([shape["M"], shape["N"], shape["K"]], dtype)
+    else:  # pragma: no cover - other families bring their own shapes
+        problem = family.problem(shape, dtype)
+    if layout != "NN":
+        raise AutotuneError(f"layout {layout!r} is not tuned yet; pass row-major operands (layout 'NN')")
+    tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
+    device_id = cp.cuda.Device().id
+    memo = (kernel, problem, layout, str(tdir), device_id)
+    with _launchers_lock:
+        if memo in _launchers:
+            return _launchers[memo]
+    gpu_key, arch = _gpu(device_id)
+    choice = choose(kernel, problem, gpu_key, arch, tdir, layout)
+    rendered = render(kernel, choice.template, choice.params)
+    compiled = _cache.get(rendered.source, rendered.source_hash, rendered.kernel_name, arch)
+    launch = family.launch(choice.template, choice.params, problem)
+    from .evaluate import load_kernel
+
+    fn = load_kernel(compiled, launch.shared_bytes)
+    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name)
+    with _launchers_lock:
+        _launchers[memo] = launcher
+    return launcher
+
+
+def _as_cupy(x: Any, name: str) -> tuple[Any, str]:
+    import cupy as cp
+
+    if isinstance(x, cp.ndarray):
+        return x, "cupy"
+    if hasattr(x, "__cuda_array_interface__"):
+        return cp.asarray(x), type(x).__module__.split(".")[0]
+    if hasattr(x, "__dlpack__"):
+        return cp.from_dlpack(x), type(x).__module__.split(".")[0]
+    raise TypeError(f"{name} must be a CuPy array or a GPU array with __cuda_array_interface__ or __dlpack__")
+
+
+def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *,
+         tuned_dir: str | Path | None = None) -> Any:  # fmt: skip
+    """``out = alpha * a @ b + beta * out`` with the tuned kernel for this GPU and shape.
+
+    Takes CuPy arrays, or any GPU array with ``__cuda_array_interface__`` or ``__dlpack__`` (PyTorch
+    tensors); returns the same kind as ``a``. Operands that are not C-contiguous are copied first.
+    """
+    import cupy as cp
+
+    a_cp, kind = _as_cupy(a, "a")
+    b_cp, _ = _as_cupy(b, "b")
+    if a_cp.ndim != 2 or b_cp.ndim != 2 or a_cp.shape[1] != b_cp.shape[0]:
+        raise ValueError(f"gemm needs a[M, K] and b[K, N]; got {a_cp.shape} and {b_cp.shape}")
+    if a_cp.dtype != cp.float32 or b_cp.dtype != cp.float32:
+        raise TypeError(f"gemm is tuned for float32 operands; got {a_cp.dtype} and {b_cp.dtype}")
+    m, k = a_cp.shape
+    n = b_cp.shape[1]
+    if out is None:
+        if beta != 0:
+            raise ValueError("beta != 0 needs an out array to accumulate into")
+        out_cp = cp.empty((m, n), dtype=cp.float32)
+    else:
+        out_cp, _ = _as_cupy(out, "out")
+        if out_cp.shape != (m, n) or out_cp.dtype != cp.float32 or not out_cp.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape {(m, n)}")
+    if not a_cp.flags.c_contiguous:
+        a_cp = cp.ascontiguousarray(a_cp)
+    if not b_cp.flags.c_contiguous:
+        b_cp = cp.ascontiguousarray(b_cp)
+    if m == 0 or n == 0:
+        return out if out is not None else _like(out_cp, kind)
+    if k == 0:  # an empty sum: only the beta term is left
+        if beta == 0:
+            out_cp.fill(0)
+        else:
+            out_cp *= beta
+    else:
+        fast = (m, n, k, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())
+        launcher = _by_call.get(fast)
+        if launcher is None:
+            launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, tuned_dir=tuned_dir)
+        launcher(a_cp, b_cp, out_cp, alpha, beta)
+    if out is not None:
+        return out
+    return _like(out_cp, kind)
+
+
+def _like(x: Any, kind: str) -> Any:
+    if kind == "torch":
+        import torch
+
+        return torch.from_dlpack(x)
+    return x

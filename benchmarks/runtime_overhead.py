@@ -1,0 +1,128 @@
+"""Runtime costs of ``autotune.gemm``: the first call of a fresh process, and the per-call overhead.
+
+    python3 benchmarks/runtime_overhead.py [--out benchmarks/results]
+
+1. First call: two fresh processes share an empty cubin cache directory; each creates its operands,
+   then times its first ``autotune.gemm`` call up to the synchronized result (lookup, compile or disk
+   cache, module load, launch). The first process finds a cold cache, the second a warm one.
+2. Per-call overhead on a tiny problem: host time per call of ``autotune.gemm(a, b, out=c)`` against a
+   bare ``cupy.RawKernel`` launch of the same kernel source with pre-built arguments. Calls are timed in
+   bursts of 100 (then synchronized, untimed) so the launch queue never fills and host time is measured.
+Goals (issue: runtime): first call with a warm disk cache <= 50 ms; overhead <= 10 us per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FIRST_CALL = """
+import time, cupy as cp, numpy as np
+a = cp.random.standard_normal(({m}, {k}), dtype=cp.float32); b = cp.random.standard_normal(({k}, {n}), dtype=cp.float32)
+cp.cuda.Device().synchronize()
+t0 = time.perf_counter()
+import autotune
+c = autotune.gemm(a, b)
+cp.cuda.Device().synchronize()
+t1 = time.perf_counter()
+ref = a.astype(cp.float64) @ b.astype(cp.float64)
+err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+print((t1 - t0) * 1e3, err, autotune.load("gemm", M={m}, N={n}, K={k}).provenance["step"])
+"""
+
+
+def first_call(shape: tuple[int, int, int], cache: str) -> tuple[float, float, str]:
+    m, n, k = shape
+    env = {
+        **os.environ,
+        "AUTOTUNE_CACHE_DIR": cache,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL.format(m=m, n=n, k=k)], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()  # fmt: skip
+    return float(out[0]), float(out[1]), out[2]
+
+
+def per_call_us(fn, bursts: int = 300, burst: int = 100) -> float:
+    import cupy as cp
+
+    times = []
+    for _ in range(bursts):
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        t1 = time.perf_counter()
+        cp.cuda.Device().synchronize()
+        times.append((t1 - t0) / burst * 1e6)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+
+    import cupy as cp
+    import numpy as np
+
+    import autotune
+    from autotune.device import current_gpu
+    from autotune.templates import render
+
+    gpu = current_gpu()
+    rows = []
+    for shape in [(4096, 4096, 4096), (256, 256, 256)]:
+        with tempfile.TemporaryDirectory() as cache:
+            cold = first_call(shape, cache)
+            warm = first_call(shape, cache)
+        for label, (ms, err, step) in (("cold cache", cold), ("warm cache", warm)):
+            rows.append({"measure": f"first call, {label}", "shape": "x".join(map(str, shape)), "value": ms,
+                         "unit": "ms", "lookup": step, "rel_error": err})  # fmt: skip
+
+    m = n = k = 64
+    a = cp.random.standard_normal((m, k), dtype=cp.float32)
+    b = cp.random.standard_normal((k, n), dtype=cp.float32)
+    c = cp.empty((m, n), dtype=cp.float32)
+    launcher = autotune.load("gemm", M=m, N=n, K=k)
+    autotune.gemm(a, b, out=c)
+    rendered = render("gemm", launcher.choice.template, launcher.choice.params)
+    raw = cp.RawKernel(rendered.source, rendered.kernel_name, options=("-std=c++17",))
+    if launcher._shared > 48 * 1024:
+        raw.max_dynamic_shared_size_bytes = launcher._shared
+    raw_args = (a, b, c, np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), np.float32(0.0))
+    grid, block, shared = launcher._grid, launcher._block, launcher._shared
+    raw(grid, block, raw_args, shared_mem=shared)
+    cp.cuda.Device().synchronize()
+    bare = per_call_us(lambda: raw(grid, block, raw_args, shared_mem=shared))
+    ours = per_call_us(lambda: autotune.gemm(a, b, out=c))
+    loaded = per_call_us(lambda: launcher(a, b, c))
+    rows += [
+        {"measure": "per call, bare cupy.RawKernel", "shape": "64x64x64", "value": bare, "unit": "us"},
+        {"measure": "per call, autotune.gemm", "shape": "64x64x64", "value": ours, "unit": "us"},
+        {"measure": "per call, autotune.load(...) launcher", "shape": "64x64x64", "value": loaded, "unit": "us"},
+        {"measure": "overhead of autotune.gemm over bare", "shape": "64x64x64", "value": ours - bare, "unit": "us"},
+    ]
+    meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"cupy": cp.__version__, "cuda_runtime": gpu.runtime,
+            "cuda_driver": gpu.driver}, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "runtime_overhead.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    print(f"{gpu.name}  cupy {cp.__version__}  {meta['date']}")
+    for r in rows:
+        extra = f"  ({r['lookup']}, rel. error {r['rel_error']:.1e})" if "lookup" in r else ""
+        print(f"{r['measure']:<40} {r['shape']:>15} {r['value']:9.2f} {r['unit']}{extra}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

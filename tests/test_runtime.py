@@ -1,0 +1,121 @@
+"""Runtime lookup chain, cubin cache invalidation and export, without a GPU."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autotune import runtime
+from autotune.compiler import compile_source
+from autotune.export import export
+from autotune.kernels import FAMILIES
+from autotune.runtime import CubinCache, choose
+from autotune.store import merge
+from autotune.templates import render, template_hash
+
+GEMM = FAMILIES["gemm"]
+H200, H100, A100 = "nvidia-h200-sm90", "nvidia-h100-sm90", "nvidia-a100-sm80"
+BIG = dict(BM=128, BN=256, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
+SMALL = dict(BM=64, BN=64, BK=16, WM=16, WN=64, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
+
+
+def entry(params, **extra):
+    """A test-data entry (not a measurement): what store.merge would write after a verified run."""
+    e = {"template": "simt", "params": params, "verified": True, "median_ms": 1.0,
+         "template_hash": template_hash("gemm", "simt")}  # fmt: skip
+    e.update(extra)
+    return e
+
+
+@pytest.fixture
+def tuned(tmp_path: Path) -> Path:
+    d = tmp_path / "tuned"
+    merge(d / H200 / "gemm.json", {}, "float32/NN/4096x4096x4096", entry(BIG))
+    merge(d / H200 / "gemm.json", {}, "float32/NN/16x4096x4096", entry(SMALL))
+    merge(d / H100 / "gemm.json", {}, "float32/NN/2048x2048x2048", entry(SMALL))
+    return d
+
+
+def problem(label):
+    return GEMM.problem(label, "float32")
+
+
+def test_exact_entry_wins(tuned, caplog):
+    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+        c = choose("gemm", problem("4096x4096x4096"), H200, "sm_90", tuned)
+    assert c.step == "exact" and c.params == BIG and c.source == f"{H200} float32/NN/4096x4096x4096"
+    assert "exact config" in caplog.text
+
+
+def test_nearest_tuned_shape_on_the_same_gpu(tuned):
+    assert choose("gemm", problem("3000x5000x700"), H200, "sm_90", tuned).params == BIG
+    near_skinny = choose("gemm", problem("8x4096x4096"), H200, "sm_90", tuned)
+    assert near_skinny.step == "nearest" and near_skinny.params == SMALL
+
+
+def test_same_architecture_when_this_gpu_has_nothing(tuned):
+    c = choose("gemm", problem("100x100x100"), "nvidia-gh200-sm90", "sm_90", tuned)
+    assert c.step == "same-arch" and c.source == f"{H100} float32/NN/2048x2048x2048" and c.params == SMALL
+
+
+def test_default_when_nothing_applies(tuned):
+    c = choose("gemm", problem("100x100x100"), A100, "sm_80", tuned)
+    assert c.step == "default" and (c.template, c.params) == GEMM.default_config("float32")
+
+
+def test_entries_of_another_template_version_or_unverified_are_never_served(tmp_path, caplog):
+    d = tmp_path / "tuned"
+    merge(d / H200 / "gemm.json", {}, "float32/NN/64x64x64", entry(BIG, template_hash="0123456789abcdef"))
+    path = d / H200 / "gemm.json"
+    doc = json.loads(path.read_text())
+    doc["entries"]["float32/NN/32x32x32"] = {**entry(SMALL), "verified": False}
+    path.write_text(json.dumps(doc))
+    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+        c = choose("gemm", problem("64x64x64"), H200, "sm_90", d)
+    assert c.step == "default"
+    assert "tuned with template 0123456789abcdef" in caplog.text
+
+
+def test_cubin_cache_hits_on_disk_and_misses_when_source_or_nvrtc_change(tmp_path, monkeypatch):
+    r = render("gemm", "naive", dict(BX=16, BY=16))
+    first = CubinCache(tmp_path)
+    assert first.get(r.source, r.source_hash, r.kernel_name, "sm_90").ok and first.compiles == 1
+    second = CubinCache(tmp_path)  # a new process: the disk cache answers
+    got = second.get(r.source, r.source_hash, r.kernel_name, "sm_90")
+    assert second.compiles == 0 and got.cubin == compile_source(r.source, r.kernel_name, "sm_90").cubin
+    # a template change renders another source: compiled again
+    changed = render("gemm", "naive", dict(BX=32, BY=8))
+    second.get(changed.source, changed.source_hash, changed.kernel_name, "sm_90")
+    assert second.compiles == 1
+    # a new NVRTC gives another key for the same source
+    monkeypatch.setattr(runtime, "nvrtc_version", lambda: "99.9")
+    third = CubinCache(tmp_path)
+    third.get(r.source, r.source_hash, r.kernel_name, "sm_90")
+    assert third.compiles == 1
+    assert len(list((tmp_path / "cubin").glob("*.cubin"))) == 3
+
+
+def test_export_writes_a_header_that_compiles_and_sources_that_compile(tuned, tmp_path):
+    out = tmp_path / "export"
+    paths = export(tuned, out)
+    header = out / "autotune_tuned.h"
+    assert paths[0] == header and len(paths) == 1 + 3
+    text = header.read_text()
+    assert text.count('{"nvidia-') == 3 and "AUTOTUNE_TUNED_COUNT = 3u" in text
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        subprocess.run([cc, "-fsyntax-only", "-x", "c", str(header)], check=True)
+    src = next(p for p in paths[1:] if "bm128_bn256" in p.name)
+    assert compile_source(src.read_text(), src.stem, "sm_90").ok
+
+
+def test_default_tuned_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(runtime.ENV_TUNED_DIR, str(tmp_path))
+    assert runtime.default_tuned_dir() == tmp_path
+    monkeypatch.delenv(runtime.ENV_TUNED_DIR)
+    assert (runtime.default_tuned_dir() / H200 / "gemm.json").is_file()  # the results that ship with the package
