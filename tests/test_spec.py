@@ -329,7 +329,7 @@ def test_default_spec_loads(default_spec):
     assert all(p.dtype == "float32" for p in s.problems)
     assert s.sampler == "tpe"
     assert s.objective == "time"
-    assert s.budget == Budget(trials=60, minutes=1.0)
+    assert s.budget == Budget(trials=120, minutes=0.75)
     assert s.seed == 0
     assert s.tolerance == pytest.approx(1e-5)
     assert s.space.names == SIMT_PARAMS
