@@ -81,6 +81,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--tuned-dir", type=Path, help="tuned results to export (default: the package's tuned/)")
     export.add_argument("--out", type=Path, default=Path("export"), help="output directory (default export/)")
+    report = sub.add_parser(
+        "report",
+        help="tables, CSV, Markdown and one HTML page of plots from a run's studies",
+        description="Report on every trial of a run: best per shape, outcomes, search progress, parameter\n"
+        "importance, parameters vs TFLOP/s, a roofline and speedup vs cuBLAS. Plots need autotune[report].",
+        epilog="example:\n  autotune report runs/gemm --tuned-dir tuned --out report/",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("source", help="a study journal, a runs/ directory (every *.journal in it) or a storage URL")
+    report.add_argument("--tuned-dir", type=Path, metavar="DIR", help="tuned/ results: cuBLAS times and winners")
+    report.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="output folder (report/)")
+    compare = sub.add_parser(
+        "compare",
+        help="two runs, or two GPUs' tuned results, side by side per shape (B over A)",
+        description="Best per shape of A and B with B/A ratios of time and TFLOP/s; each side is a journal, a "
+        "runs/ directory, a storage URL, a tuned/ (GPU) directory or a tuned .json file.",
+    )
+    compare.add_argument("a", help="the baseline (A)")
+    compare.add_argument("b", help="compared with A (B)")
+    compare.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="where compare.csv/.md go")
     return parser
 
 
@@ -97,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "report":
+            from .report import report_command
+
+            return report_command(args.source, args.tuned_dir, args.out)
+        if args.command == "compare":
+            from .report import compare_command
+
+            return compare_command(args.a, args.b, args.out)
     except AutotuneError as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
         return exc.exit_code

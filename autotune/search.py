@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import time
 import warnings
@@ -208,13 +209,13 @@ class _State:
             self.best_ms = r.median_ms
 
 
-def feasible_keys(spec: Spec, problem: Any, settings: Settings) -> frozenset[str]:
-    """Every configuration a search could still evaluate; lets a search stop once all were seen."""
-    return frozenset(
-        c.key
+def feasible_configs(spec: Spec, problem: Any, settings: Settings) -> list[Config]:
+    """Every configuration that passes the constraints and the static checks, in enumeration order."""
+    return [
+        c
         for c in spec.space.enumerate()
         if static_check(Candidate(spec.kernel, spec.template, problem, c), settings) is None
-    )
+    ]
 
 
 def tune_shape(
@@ -244,7 +245,8 @@ def tune_shape(
         direction="minimize", load_if_exists=True,
     )  # fmt: skip
     _fail_orphans(study)
-    state = _State(feasible_keys(spec, problem, settings))
+    feasible = feasible_configs(spec, problem, settings)
+    state = _State(frozenset(c.key for c in feasible))
     for t in study.get_trials(deepcopy=False):
         status = t.user_attrs.get("status")
         if (
@@ -260,7 +262,7 @@ def tune_shape(
     vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     stopped = ""
-    proposals = _proposals(spec, state)
+    proposals = _proposals(spec, state, feasible)
     inflight: deque[tuple[Any, Compiled, str | None]] = deque()
     exhausted = False
     while True:
@@ -314,16 +316,26 @@ def _best_note(state: _State, vendor: tuple[str, Timing] | None) -> str:
     return note
 
 
-def _proposals(spec: Spec, state: _State) -> Iterator[dict[str, Any]] | None:
-    """Configurations to enqueue before the sampler's own: start_from, or all of them for brute."""
+def _proposals(spec: Spec, state: _State, feasible: list[Config]) -> Iterator[dict[str, Any]]:
+    """Configurations to enqueue ahead of the sampler's own proposals.
+
+    ``start_from`` first. Brute force then walks every feasible configuration in order, and random
+    search draws them in a seeded random order, so neither proposes a configuration that breaks a
+    constraint or a device limit (model-based samplers propose freely and learn from such misses).
+    """
+    order: list[Config] = list(spec.start_from)
     if spec.sampler == "brute":
-        return (c.as_dict() for c in spec.space.enumerate() if c.key not in state.seen)
-    return (c.as_dict() for c in spec.start_from if c.key not in state.seen)
+        order += feasible
+    elif spec.sampler == "random":
+        shuffled = list(feasible)
+        random.Random(spec.seed).shuffle(shuffled)
+        order += shuffled
+    return (c.as_dict() for c in order if c.key not in state.seen)
 
 
 def _ask_one(
     spec: Spec, study: Any, problem: Any, settings: Settings, state: _State,
-    proposals: Iterator[dict[str, Any]] | None, inflight: set[str],
+    proposals: Iterator[dict[str, Any]], inflight: set[str],
 ) -> tuple[Any, Compiled] | None:  # fmt: skip
     """The next new, valid candidate, rendered; None once the space looks exhausted.
 
@@ -334,13 +346,12 @@ def _ask_one(
     while True:
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) >= len(state.feasible):
             return None
-        fixed = next(proposals, None) if proposals is not None else None
-        if fixed is None and spec.sampler == "brute":
+        fixed = next(proposals, None)
+        if fixed is None and spec.sampler in ("brute", "random"):
             return None
         if fixed is not None:
             study.enqueue_trial(fixed)
         trial = study.ask()
-        trial.set_user_attr("owner", _owner())
         values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
         config = Config.of(values)
         if config.key in state.seen:
@@ -362,6 +373,7 @@ def _ask_one(
             state.stale += 1
             continue
         state.stale = 0
+        trial.set_user_attr("owner", _owner())  # lets a later run fail it as interrupted if this process dies
         return trial, render_candidate(candidate, settings)
 
 

@@ -56,14 +56,22 @@ def merge(path: Path, header: dict[str, Any], key: str, entry: dict[str, Any], f
         raise ValueError("only verified results may be stored")  # a bug in the caller, not user input
     doc = read(path)
     old = doc["entries"].get(key)
-    if old is not None and not force and old.get("median_ms", float("inf")) <= entry["median_ms"]:
+    stale = old is not None and old.get("template_hash") != entry.get("template_hash")
+    if old is not None and not force and not stale and old.get("median_ms", float("inf")) <= entry["median_ms"]:
         return MergeOutcome(key, False, f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)")
     doc.update(header)
     doc["schema"] = SCHEMA
     doc["entries"][key] = entry
     doc["entries"] = dict(sorted(doc["entries"].items()))
     write_atomic(path, doc)
-    why = "new entry" if old is None else ("forced" if force else f"faster than the stored {old['median_ms']:.4g} ms")
+    if old is None:
+        why = "new entry"
+    elif force:
+        why = "forced"
+    elif stale:
+        why = "replaces an entry tuned with another version of the template"
+    else:
+        why = f"faster than the stored {old['median_ms']:.4g} ms"
     return MergeOutcome(key, True, why)
 
 

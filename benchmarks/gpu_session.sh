@@ -1,25 +1,42 @@
 #!/usr/bin/env bash
-# One call on the H200 test host: GPU-tier tests, then the real tuning run of configs/gemm.yaml.
-# Usage (device tool, carry .whl): bash benchmarks/gpu_session.sh
-# Writes logs, the tuned/ file and the study journal under $OUT (or ./out).
+# One call on the H200 test host (device tool, carry .whl): every GPU number of the project, in order
+#   1. the GPU test tier                      -> gpu_tests.log
+#   2. autotune run configs/gemm.yaml         -> run.log, tuned/<gpu-key>/gemm.json (fresh: the old file is moved away)
+#   3. benchmarks/tuned_vs_vendor.py          -> results/gemm_<gpu-key>.{json,csv}
+#   4. benchmarks/runtime_overhead.py         -> results/runtime_overhead.json
+#   5. benchmarks/throughput_vs_kernel_tuner.py (KT_SECONDS, default 45) -> results/throughput_vs_kernel_tuner.*
+# Everything lands in $OUT/session.tar.gz (the device tool brings back few files); SKIP_<STEP>=1 skips one.
 set -uo pipefail
 OUT=${OUT:-out}
-mkdir -p "$OUT"
+LOGS=$(mktemp -d)
+mkdir -p "$OUT" "$LOGS/results"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv
   python3 -c "import cupy, optuna; from cupy.cuda import nvrtc; print('cupy', cupy.__version__, 'nvrtc', nvrtc.getVersion(), 'optuna', optuna.__version__)"
-  date -u; } 2>&1 | tee "$OUT/env.txt"
+  date -u; } 2>&1 | tee "$LOGS/env.txt"
+step() { echo "=== $1 $(date -u +%T)"; }
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then
-  python3 -m pytest -m gpu -q -x -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 15
+  step tests; python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$LOGS/gpu_tests.log" | tail -n 6
 fi
 if [[ ${SKIP_RUN:-0} != 1 ]]; then
-  python3 -m autotune run configs/gemm.yaml ${RUN_ARGS:-} 2>&1 | tee "$OUT/run.log" | grep -v '^\[' 
-  cp -r tuned "$OUT/" 2>/dev/null; cp runs/gemm/*.journal "$OUT/" 2>/dev/null
+  step run
+  key=$(python3 -c "from autotune.device import current_gpu; print(current_gpu().key)")
+  [[ -f tuned/$key/gemm.json ]] && mv "tuned/$key/gemm.json" "$LOGS/previous_gemm.json"
+  python3 -m autotune run configs/gemm.yaml 2>&1 | tee "$LOGS/run.log" | grep -v '^\[.*trials .*s  [^;]*$'
+  mkdir -p "$LOGS/tuned/$key"; cp "tuned/$key/gemm.json" "$LOGS/tuned/$key/" 2>/dev/null
+  cp runs/gemm/*.journal "$LOGS/" 2>/dev/null
 fi
 if [[ ${SKIP_RETIME:-0} != 1 ]]; then
-  python3 benchmarks/tuned_vs_vendor.py 2>&1 | tee "$OUT/retime.log"
-  cp benchmarks/results/* "$OUT/" 2>/dev/null
+  step retime; python3 benchmarks/tuned_vs_vendor.py --out "$LOGS/results" 2>&1 | tee "$LOGS/retime.log"
 fi
-if [[ -n ${EXTRA:-} ]]; then bash -c "$EXTRA" 2>&1 | tee "$OUT/extra.log"; fi
-true
+if [[ ${SKIP_RUNTIME:-0} != 1 ]]; then
+  step runtime; python3 benchmarks/runtime_overhead.py --out "$LOGS/results" 2>&1 | tee "$LOGS/runtime.log"
+fi
+if [[ ${SKIP_KT:-0} != 1 ]]; then
+  step kernel-tuner
+  python3 benchmarks/throughput_vs_kernel_tuner.py --seconds "${KT_SECONDS:-45}" --out "$LOGS/results" 2>&1 \
+    | tee "$LOGS/kt.log" | grep -v '^\[' | tail -n 8
+fi
+step done
+tar -czf "$OUT/session.tar.gz" -C "$LOGS" .

@@ -81,3 +81,11 @@ def test_corrupt_files_are_reported_and_left_untouched(path, content, message):
 
 def test_missing_file_reads_as_empty(path):
     assert read(path)["entries"] == {}
+
+
+def test_an_entry_of_another_template_version_is_replaced_even_if_faster(path):
+    key = entry_key("float32", "NN", "64x64x64")
+    merge(path, HEADER, key, entry(0.5, template_hash="old"))
+    out = merge(path, HEADER, key, entry(1.0, template_hash="new"))
+    assert out.stored and "another version" in out.why
+    assert read(path)["entries"][key]["template_hash"] == "new"

@@ -1,0 +1,403 @@
+"""Reports on a recorded H200 run (tests/data): trials, best, compare, the HTML page, the CLI, a browser.
+
+tests/data/recorded.journal is a subset of a real run's journal (see tests/data/record.py); the "shorter
+run" used by compare tests is cut from it here, never invented.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import math
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from autotune import report
+from autotune.cli import main
+from autotune.errors import AutotuneError
+
+DATA = Path(__file__).resolve().parent / "data"
+JOURNAL = DATA / "recorded.journal"
+TUNED = DATA / "tuned"
+STUDIES = ("gemm.simt.float32.4096x4096x4096.34107aaa", "gemm.simt.float32.16x4096x4096.34107aaa")
+SIMT = ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF"]
+PLOTS_WITH_TUNED = 7  # outcomes, progress, importance, parameters x 2 studies, roofline, speedup vs cuBLAS
+
+
+def journal_trials(path: Path) -> dict[str, list]:
+    """Every trial per study, read with Optuna itself (from a copy: the backend wants to write a lock)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "j.journal"
+        shutil.copyfile(path, copy)
+        storage = JournalStorage(JournalFileBackend(str(copy)))
+        return {s.study_name: storage.get_all_trials(s._study_id) for s in storage.get_all_studies()}
+
+
+def record(dest: Path, first: int) -> Path:
+    """The first ``first`` trials per study of the recorded run: a shorter run, for compare tests."""
+    spec = importlib.util.spec_from_file_location("record", DATA / "record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.record(JOURNAL, dest, first=first)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def df():
+    return report.trials(JOURNAL, tuned_dir=TUNED)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return report.write_report(JOURNAL, out, tuned_dir=TUNED), out
+
+
+def png_image(data: bytes) -> tuple[int, int, bytes]:
+    """Check a PNG's structure (signature, chunk CRCs, IHDR, zlib data size); width, height, raw rows."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    pos, chunks, idat = 8, [], b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + body) == crc, f"bad CRC in {kind!r}"
+        chunks.append(kind)
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND" and b"IDAT" in chunks
+    raw = zlib.decompress(idat)
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color]
+    assert len(raw) == height * (1 + math.ceil(width * channels * depth / 8))
+    return width, height, raw
+
+
+def embedded_pngs(page: str) -> list[bytes]:
+    return [base64.b64decode(d) for d in re.findall(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+# --- trials() -----------------------------------------------------------------------------------------
+
+
+def test_one_row_per_non_duplicate_trial_with_the_journals_statuses(df):
+    stored = journal_trials(JOURNAL)
+    assert set(df["study"]) == set(stored) == set(STUDIES)
+    for name, ts in stored.items():
+        kept = [t for t in ts if "duplicate_of" not in t.user_attrs]
+        rows = df[df["study"] == name]
+        assert len(rows) == len(kept)
+        assert rows["trial"].tolist() == [t.number for t in kept]
+        assert rows["status"].tolist() == [t.user_attrs["status"] for t in kept]
+        complete = [t for t in kept if t.user_attrs["status"] == "complete"]
+        assert rows.loc[rows["status"] == "complete", "median_ms"].tolist() == [t.value for t in complete]
+    assert set(df["status"]) == {"complete", "pruned", "invalid"}
+    assert (df.loc[df["status"] == "invalid", "reason"].str.len() > 0).all()
+
+
+def test_columns_parse_the_study_name_and_hold_every_parameter(df):
+    assert report.param_columns(df) == SIMT
+    first = df[df["study"] == STUDIES[1]].iloc[0]
+    parsed = (first["kernel"], first["template"], first["dtype"], first["shape"])
+    assert parsed == ("gemm", "simt", "float32", "16x4096x4096")
+    assert (first["M"], first["N"], first["K"], first["template_hash"]) == (16, 4096, 4096, "34107aaa")
+    for column in ("spread", "gbps", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "datetime_start",
+                   "datetime_complete", "elapsed_s", "owner"):  # fmt: skip
+        assert column in df.columns
+    assert df["energy_j"].isna().all()  # not measured yet
+    done = df[df["status"] == "complete"]
+    assert (done["datetime_complete"] >= done["datetime_start"]).all() and (done["elapsed_s"] > 0).all()
+    assert ((done["spread"] - done["iqr_ms"] / done["median_ms"]).abs() < 1e-12).all()
+
+
+def test_roofline_fraction_uses_the_shapes_intensity_and_the_ceilings(df):
+    done = df[df["status"] == "complete"]
+    big = done[done["shape"] == "4096x4096x4096"].iloc[0]
+    assert big["intensity"] == pytest.approx(2 * 4096**3 / (3 * 4096 * 4096 * 4))
+    assert big["roofline_fraction"] == pytest.approx(big["tflops"] * 1e12 / 66.9e12)  # compute bound
+    skinny = done[done["shape"] == "16x4096x4096"].iloc[0]
+    bytes_ = (16 * 4096 + 4096 * 4096 + 16 * 4096) * 4
+    assert skinny["intensity"] == pytest.approx(2 * 16 * 4096 * 4096 / bytes_)
+    assert skinny["roofline_fraction"] == pytest.approx(skinny["tflops"] * 1e12 / (skinny["intensity"] * 4.2e12))
+    assert ((done["roofline_fraction"] > 0) & (done["roofline_fraction"] < 1)).all()
+    halved = report.trials(JOURNAL, ceilings={"flops": 66.9e12 / 2, "bandwidth": 4.2e12})
+    row = halved[(halved["study"] == big["study"]) & (halved["trial"] == big["trial"])].iloc[0]
+    assert row["roofline_fraction"] == pytest.approx(2 * big["roofline_fraction"])
+
+
+def test_best_so_far_is_monotone_and_ends_at_the_best(df):
+    for _, g in df.groupby("study"):
+        ms = g["best_ms_so_far"].dropna()
+        tf = g["best_tflops_so_far"].dropna()
+        assert len(ms) and (ms.diff().dropna() <= 0).all() and (tf.diff().dropna() >= 0).all()
+        done = g[g["status"] == "complete"]
+        assert ms.iloc[-1] == done["median_ms"].min()
+        assert tf.iloc[-1] == done["tflops"].max()
+
+
+def test_vendor_ratio_comes_from_the_tuned_dir_or_a_given_time(df):
+    import json
+
+    doc = json.loads((TUNED / "nvidia-h200-sm90" / "gemm.json").read_text())
+    vendor = doc["entries"]["float32/NN/4096x4096x4096"]["vendor_median_ms"]
+    rows = df[(df["shape"] == "4096x4096x4096") & (df["status"] == "complete")]
+    assert (rows["vendor_median_ms"] == vendor).all() and (rows["vendor"] == "cuBLAS").all()
+    assert ((rows["vendor_ratio"] - vendor / rows["median_ms"]).abs() < 1e-12).all()
+    assert report.trials(JOURNAL)["vendor_ratio"].isna().all()
+    given = report.trials(JOURNAL, vendor_ms={"16x4096x4096": 0.1})
+    assert (given.loc[given["shape"] == "16x4096x4096", "vendor_median_ms"] == 0.1).all()
+
+
+def test_duplicates_are_left_out(tmp_path):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = tmp_path / "with-duplicate.journal"
+    shutil.copyfile(JOURNAL, path)
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    study = optuna.load_study(study_name=STUDIES[0], storage=storage)
+    again = study.trials[0]
+    study.add_trial(optuna.trial.create_trial(
+        params=again.params, distributions=again.distributions, value=again.value,
+        user_attrs={**again.user_attrs, "duplicate_of": again.number},
+    ))  # fmt: skip
+    assert len(report.trials(path)) == len(report.trials(JOURNAL))
+
+
+def test_a_runs_directory_reads_every_journal_and_a_url_reads_the_storage(tmp_path):
+    import optuna
+
+    runs = tmp_path / "runs"
+    for spec in ("gemm", "gemm-copy"):
+        (runs / spec).mkdir(parents=True)
+        shutil.copyfile(JOURNAL, runs / spec / "nvidia-h200-sm90.journal")
+    both = report.trials(runs, tuned_dir=TUNED)
+    n = len(report.trials(JOURNAL))
+    assert len(both) == 2 * n
+    assert set(both["run"]) == {"gemm/nvidia-h200-sm90", "gemm-copy/nvidia-h200-sm90"}
+    assert set(both["gpu"]) == {"nvidia-h200-sm90"}
+    assert both["vendor_ratio"].notna().any()
+    for run, g in both.groupby("run"):  # best so far restarts with every journal
+        assert g["best_ms_so_far"].dropna().is_monotonic_decreasing, run
+
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    source = JournalStorage(JournalFileBackend(str(runs / "gemm" / "nvidia-h200-sm90.journal")))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for name in STUDIES:
+        optuna.copy_study(from_study_name=name, from_storage=source, to_storage=url)
+    from_url = report.trials(url)
+    assert len(from_url) == n and set(from_url["run"]) == {url}
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("no/such/journal", ["does not exist"]),
+        (str(DATA / "tuned" / "nvidia-h200-sm90" / "gemm.json"), ["not an Optuna study journal"]),
+        (str(DATA / "tuned"), ["no study journals"]),
+        ("sqlite:///no/such.db", ["no such SQLite file"]),
+    ],
+)
+def test_unreadable_sources_are_one_sentence(source, words):
+    with pytest.raises(AutotuneError) as info:
+        report.trials(source)
+    assert all(w in str(info.value) for w in words) and "\n" not in str(info.value)
+
+
+# --- best() and compare() ---------------------------------------------------------------------------------
+
+
+def test_best_lists_every_stored_entry_with_its_provenance():
+    import json
+
+    doc = json.loads((TUNED / "nvidia-h200-sm90" / "gemm.json").read_text())
+    b = report.best(TUNED)
+    assert len(b) == len(doc["entries"])
+    assert set(b["dtype"] + "/" + b["layout"] + "/" + b["shape"]) == set(doc["entries"])
+    assert set(b["gpu"]) == {"nvidia-h200-sm90"} and set(b["kernel"]) == {"gemm"}
+    row = b[b["shape"] == "4096x4096x4096"].iloc[0]
+    entry = doc["entries"]["float32/NN/4096x4096x4096"]
+    for column in ("kernel_name", "median_ms", "tflops", "vendor_ratio", "template_hash", "source_hash", "date",
+                   "trials", "study", "spec"):  # fmt: skip
+        assert row[column] == entry[column], column
+    assert row["cuda_driver"] == entry["versions"]["cuda_driver"] and row["verified"]
+    assert row["roofline_fraction"] == pytest.approx(entry["tflops"] * 1e12 / 66.9e12)
+    one_gpu = report.best(TUNED / "nvidia-h200-sm90")
+    one_file = report.best(TUNED / "nvidia-h200-sm90" / "gemm.json")
+    assert one_gpu.equals(b) and one_file.equals(b)
+
+
+def test_compare_of_identical_inputs_is_one_everywhere():
+    same_run = report.compare(JOURNAL, JOURNAL)
+    assert sorted(same_run["shape"]) == ["16x4096x4096", "4096x4096x4096"]
+    same_gpu = report.compare(TUNED, TUNED / "nvidia-h200-sm90" / "gemm.json")
+    assert len(same_gpu) == len(report.best(TUNED))
+    for cmp in (same_run, same_gpu):
+        assert (cmp["ms_ratio"] == 1.0).all() and (cmp["tflops_ratio"] == 1.0).all()
+        assert (cmp["kernel_name_a"] == cmp["kernel_name_b"]).all()
+
+
+def test_compare_with_a_shorter_run_of_the_same_trials(tmp_path):
+    shorter = record(tmp_path / "first-30.journal", first=30)
+    cmp = report.compare(JOURNAL, shorter).set_index("shape")
+    full = report.best_per_shape(report.trials(JOURNAL)).set_index("shape")
+    part = report.best_per_shape(report.trials(shorter)).set_index("shape")
+    for shape in full.index:
+        assert cmp.loc[shape, "ms_ratio"] == pytest.approx(part.loc[shape, "median_ms"] / full.loc[shape, "median_ms"])
+        assert cmp.loc[shape, "ms_ratio"] >= 1.0 and cmp.loc[shape, "tflops_ratio"] <= 1.0  # a subset is not faster
+
+
+def test_compare_of_a_run_with_tuned_results_matches_shapes():
+    cmp = report.compare(JOURNAL, TUNED).set_index("shape")
+    assert len(cmp) == len(report.best(TUNED))  # shapes only one side has get empty cells
+    assert cmp["ms_ratio"].notna().sum() == 2
+    assert cmp.loc["4096x4096x4096", "ms_ratio"] == pytest.approx(3.024464 / 3.027008, rel=1e-5)
+
+
+# --- the report ---------------------------------------------------------------------------------------------
+
+
+def test_report_writes_csv_markdown_and_one_self_contained_page(made):
+    rep, out = made
+    assert sorted(p.name for p in out.iterdir()) == ["best.csv", "report.html", "report.md", "trials.csv", "tuned.csv"]
+    import pandas as pd
+
+    assert len(pd.read_csv(out / "trials.csv")) == len(rep.trials) == 207
+    best = pd.read_csv(out / "best.csv")
+    assert list(best["shape"]) == ["4096x4096x4096", "16x4096x4096"] and (best["complete"] > 0).all()
+    md = (out / "report.md").read_text()
+    assert "## Best per shape" in md and "| shape |" in md and "4096x4096x4096" in md
+    page = (out / "report.html").read_text()
+    assert "<script" not in page and "<link" not in page and "href=" not in page and "url(" not in page
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    pngs = embedded_pngs(page)
+    assert len(pngs) == len(rep.plots) == PLOTS_WITH_TUNED
+    for png in pngs:
+        width, height, _ = png_image(png)
+        assert width > 300 and height > 100
+    for title in ("Best so far", "Parameter importance", "Roofline", "Speedup vs cuBLAS", "Parameters vs TFLOP/s"):
+        assert any(p.startswith(title) for p in rep.plots), title
+
+
+def test_report_without_a_tuned_dir_says_why_the_speedup_plot_is_missing(tmp_path):
+    rep = report.write_report(JOURNAL, tmp_path)
+    assert len(rep.plots) == PLOTS_WITH_TUNED - 1 and not (tmp_path / "tuned.csv").exists()
+    assert any("--tuned-dir" in n for n in rep.notes)
+    assert "--tuned-dir" in (tmp_path / "report.html").read_text()
+
+
+def test_importance_is_skipped_with_a_note_when_a_study_has_too_few_complete_trials(tmp_path):
+    short = record(tmp_path / "first-4.journal", first=4)
+    rep = report.write_report(short, tmp_path / "out")
+    assert not any(p.startswith("Parameter importance") for p in rep.plots)
+    assert sum("parameter importance for" in n for n in rep.notes) == 2
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "importance needs 5" in page and len(embedded_pngs(page)) == len(rep.plots)
+
+
+def test_missing_matplotlib_is_one_sentence_naming_the_extra(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    with pytest.raises(AutotuneError, match=re.escape("pip install 'autotune[report]'")):
+        report.require_matplotlib()
+    assert main(["report", str(JOURNAL), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("autotune: error:") and "autotune[report]" in err[0]
+
+
+# --- the command line ----------------------------------------------------------------------------------------
+
+
+def test_cli_report_prints_the_tables_and_writes_the_files(tmp_path, capsys):
+    assert main(["report", str(JOURNAL), "--tuned-dir", str(TUNED), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "Best per shape" in out and "Trial outcomes per shape" in out and "x cuBLAS" in out
+    assert "gemm_simt_bm128_bn256_bk16_wm64_wn64_wniter4_tm8_tn4_vec4_pad4_dbuf1" in out
+    assert {p.name for p in (tmp_path / "r").iterdir()} >= {"trials.csv", "best.csv", "report.md", "report.html"}
+
+
+def test_cli_compare_prints_ratios_and_writes_csv_and_markdown(tmp_path, capsys):
+    assert main(["compare", str(JOURNAL), str(JOURNAL), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "B/A time" in out and "1.000" in out
+    assert (tmp_path / "compare.csv").exists() and "| shape |" in (tmp_path / "compare.md").read_text()
+    assert main(["compare", str(TUNED), str(TUNED / "nvidia-h200-sm90"), "--out", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "no/such/runs"],
+        ["report", str(JOURNAL), "--tuned-dir", "no/such/tuned"],
+        ["report", str(TUNED / "nvidia-h200-sm90" / "gemm.json")],
+        ["compare", str(JOURNAL), "no/such/journal"],
+        ["compare", "no/such/tuned.json", str(TUNED)],
+    ],
+)
+def test_cli_missing_inputs_are_one_error_line(argv, tmp_path, capsys):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error:") and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
+
+
+# --- in a browser ----------------------------------------------------------------------------------------------
+
+
+def screenshot(page: Path, png: Path, width: int, height: int) -> None:
+    """Headless Chromium's screenshot of ``page``; the whole process group is killed if it hangs."""
+    with tempfile.TemporaryDirectory() as profile:
+        argv = [
+            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+            f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={width},{height}", page.as_uri(),
+        ]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            log, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail("chromium did not finish the screenshot in 120 s")
+    assert png.exists(), log.decode(errors="replace")[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="the chromium binary is not installed")
+def test_the_page_renders_in_a_headless_browser(made, tmp_path):
+    rep, out = made
+    shot = tmp_path / "report.png"
+    screenshot(out / "report.html", shot, 1400, 3000)
+    width, height, raw = png_image(shot.read_bytes())
+    assert (width, height) == (1400, 3000)
+    try:
+        from PIL import Image
+    except ImportError:  # no Pillow: the decompressed rows must at least not be one repeated value
+        assert len(set(raw)) > 64
+    else:
+        with Image.open(shot) as im:
+            rgb = im.convert("RGB")
+            colors = rgb.getcolors(maxcolors=1 << 24)
+            white = sum(n for n, c in colors if c == (255, 255, 255))
+        assert len(colors) > 500  # plots, text and tables, not a blank or single-colour page
+        assert white < 0.97 * width * height
+    for png in embedded_pngs((out / "report.html").read_text()):
+        png_image(png)
