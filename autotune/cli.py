@@ -74,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--limit", type=int, metavar="N", help="with --compile-only: compile a seeded sample of N candidates"
     )
+    ladder = sub.add_parser(
+        "ladder",
+        help="measure the tuned kernel with each optimization switched off in turn (GPU)",
+        description="The kernel guide's optimization ladder on this GPU: the tuned configuration of a shape, "
+        "then without double buffering, padding, vector loads, with the smallest register tile, and naive.",
+    )
+    ladder.add_argument("shape", metavar="MxNxK", help="a shape tuned on this GPU, e.g. 4096x4096x4096")
+    ladder.add_argument("--dtype", default="float32")
+    ladder.add_argument("--tuned-dir", type=Path, help="tuned results (default: the package's tuned/)")
+    ladder.add_argument("--out", type=Path, help="also write ladder_<shape>.csv and .md here")
     export = sub.add_parser(
         "export",
         help="write tuned configurations as a C/C++ header plus rendered .cu sources",
@@ -117,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "ladder":
+            return cmd_ladder(args)
         if args.command == "report":
             from .report import report_command
 
@@ -132,6 +144,36 @@ def main(argv: list[str] | None = None) -> int:
         print("\nautotune: interrupted; finished trials are saved, run the same command to resume", file=sys.stderr)
         return 130
     return 2
+
+
+def cmd_ladder(args: argparse.Namespace) -> int:
+    from .device import current_gpu
+    from .evaluate import Settings
+    from .ladder import measure_ladder
+    from .report import markdown_table
+    from .runtime import default_tuned_dir
+    from .search import FINAL_PLAN
+    from .store import entry_key, read, tuned_file
+    from .verify import tolerance_for
+
+    gpu = current_gpu()
+    path = tuned_file(args.tuned_dir or default_tuned_dir(), gpu.key, "gemm")
+    key = entry_key(args.dtype, "NN", args.shape.replace(" ", ""))
+    entry = read(path)["entries"].get(key)
+    if entry is None:
+        raise AutotuneError(f"{path} has no entry {key}; tune that shape first (autotune run ...)")
+    settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
+                        timing=FINAL_PLAN)  # fmt: skip
+    df = measure_ladder("gemm", args.dtype, args.shape, entry, settings)
+    print(f"{gpu.name}: optimization ladder for gemm {args.dtype} {args.shape}")
+    print(df.to_string(index=False))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        stem = args.out / f"ladder_{args.dtype}_{args.shape}"
+        df.to_csv(stem.with_suffix(".csv"), index=False)
+        stem.with_suffix(".md").write_text(f"# Optimization ladder, gemm {args.dtype} {args.shape} on {gpu.name}\n\n"
+                                           + markdown_table(df) + "\n")  # fmt: skip
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

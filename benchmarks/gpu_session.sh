@@ -3,8 +3,9 @@
 #   1. the GPU test tier                      -> gpu_tests.log
 #   2. autotune run configs/gemm.yaml         -> run.log, tuned/<gpu-key>/gemm.json (fresh: the old file is moved away)
 #   3. benchmarks/tuned_vs_vendor.py          -> results/gemm_<gpu-key>.{json,csv}
-#   4. benchmarks/runtime_overhead.py         -> results/runtime_overhead.json
-#   5. benchmarks/throughput_vs_kernel_tuner.py (KT_SECONDS, default 45) -> results/throughput_vs_kernel_tuner.*
+#   5. autotune ladder 4096x4096x4096         -> results/ladder_float32_4096x4096x4096.{csv,md}
+#   6. benchmarks/runtime_overhead.py         -> results/runtime_overhead.json
+#   7. benchmarks/throughput_vs_kernel_tuner.py (KT_SECONDS, default 45) -> results/throughput_vs_kernel_tuner.*
 # Everything lands in $OUT/session.tar.gz (the device tool brings back few files); SKIP_<STEP>=1 skips one.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -30,13 +31,17 @@ fi
 if [[ ${SKIP_RETIME:-0} != 1 ]]; then
   step retime; python3 benchmarks/tuned_vs_vendor.py --out "$LOGS/results" 2>&1 | tee "$LOGS/retime.log"
 fi
+if [[ ${SKIP_LADDER:-0} != 1 ]]; then
+  step ladder; python3 -m autotune ladder 4096x4096x4096 --out "$LOGS/results" 2>&1 | tee "$LOGS/ladder.log"
+fi
 if [[ ${SKIP_RUNTIME:-0} != 1 ]]; then
   step runtime; python3 benchmarks/runtime_overhead.py --out "$LOGS/results" 2>&1 | tee "$LOGS/runtime.log"
 fi
 if [[ ${SKIP_KT:-0} != 1 ]]; then
   step kernel-tuner
-  python3 benchmarks/throughput_vs_kernel_tuner.py --seconds "${KT_SECONDS:-45}" --out "$LOGS/results" 2>&1 \
-    | tee "$LOGS/kt.log" | grep -v '^\[' | tail -n 8
+  left=$(( ${BUDGET_S:-585} - SECONDS ))  # finish inside the device call's limit so the logs come back
+  timeout "$left" python3 benchmarks/throughput_vs_kernel_tuner.py --seconds "${KT_SECONDS:-45}" --out "$LOGS/results" \
+    2>&1 | tee "$LOGS/kt.log" | grep -v '^\[' | tail -n 8
 fi
 step done
 tar -czf "$OUT/session.tar.gz" -C "$LOGS" .
