@@ -3,9 +3,9 @@
 #   1. the GPU test tier                      -> gpu_tests.log
 #   2. autotune run configs/gemm.yaml         -> run.log, tuned/<gpu-key>/gemm.json (fresh: the old file is moved away)
 #   3. benchmarks/tuned_vs_vendor.py          -> results/gemm_<gpu-key>.{json,csv}
-#   5. autotune ladder 4096x4096x4096         -> results/ladder_float32_4096x4096x4096.{csv,md}
-#   6. benchmarks/runtime_overhead.py         -> results/runtime_overhead.json
-#   7. benchmarks/throughput_vs_kernel_tuner.py (KT_SECONDS, default 45) -> results/throughput_vs_kernel_tuner.*
+#   4. autotune ladder 4096x4096x4096         -> results/ladder_float32_4096x4096x4096.{csv,md}
+#   5. benchmarks/runtime_overhead.py         -> results/runtime_overhead.json
+#   6. benchmarks/throughput_vs_kernel_tuner.py (KT_SECONDS, default 45) -> results/throughput_vs_kernel_tuner.*
 # Everything lands in $OUT/session.tar.gz (the device tool brings back few files); SKIP_<STEP>=1 skips one.
 set -uo pipefail
 OUT=${OUT:-out}
