@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import time
 import traceback
 from typing import Any
 
@@ -74,6 +75,7 @@ class GPUWorker:
         self._conn: Any = None
         self._ready: tuple[str, Any, int] | None = None  # the problem whose fixture the worker holds
         self._setups = 0
+        self._pending: tuple[Compiled, float, TrialResult | None] | None = None
         self.restarts = 0
 
     def _start(self) -> None:
@@ -93,22 +95,33 @@ class GPUWorker:
         self._ready = None
         self.restarts += 1
 
-    def _request(self, msg: tuple, timeout: float) -> tuple[str, Any] | str:
-        """The reply, or a string saying why there is none (timed out, worker died)."""
+    def _send(self, msg: tuple) -> str | None:
+        """Send a request (starting a worker if none is alive); a string says why it could not be sent."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self._kill()
             self._start()
         try:
             self._conn.send(msg)
-            if not self._conn.poll(timeout):
+        except (BrokenPipeError, ConnectionResetError):
+            self._kill()
+            return "the GPU worker died before the request; it was replaced"
+        return None
+
+    def _receive(self, timeout: float) -> tuple[str, Any] | str:
+        """The reply, or a string saying why there is none (timed out, worker died)."""
+        try:
+            if not self._conn.poll(max(0.0, timeout)):
                 self._kill()
-                return f"no answer within {timeout:g} s (hung kernel?); the worker was replaced"
+                return "no answer in time (hung kernel?); the worker was replaced"
             return self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = self._proc.exitcode if self._proc is not None else None
             self._kill()
             return f"the GPU worker died (exit code {code}); it was replaced"
+
+    def _request(self, msg: tuple, timeout: float) -> tuple[str, Any] | str:
+        return self._send(msg) or self._receive(timeout)
 
     def _setup(self, kernel: str, problem: Any, seed: int) -> str | None:
         """Make the worker hold fresh random inputs and their reference for ``problem``."""
@@ -121,14 +134,31 @@ class GPUWorker:
         self._ready = (kernel, problem, seed)
         return None
 
-    def measure(self, compiled: Compiled, settings: Settings) -> TrialResult:
+    def start(self, compiled: Compiled, settings: Settings) -> None:
+        """Send a candidate to the GPU and return at once; :meth:`collect` waits for its result.
+
+        The search asks Optuna for its next candidates in between, so the GPU is not idle meanwhile.
+        """
+        assert self._pending is None, "collect() the previous candidate first"
+        early = None
         if compiled.status is not None:
-            return _result(compiled, compiled.status, compiled.reason)
-        cand = compiled.candidate
-        trouble = self._setup(cand.kernel, cand.problem, settings.seed)
-        if trouble is not None:
-            return _result(compiled, Status.LAUNCH_FAILED, f"could not prepare inputs: {trouble}")
-        reply = self._request(("measure", compiled, settings), settings.timeout_s)
+            early = _result(compiled, compiled.status, compiled.reason)
+        else:
+            cand = compiled.candidate
+            trouble = self._setup(cand.kernel, cand.problem, settings.seed)
+            if trouble is None:
+                trouble = self._send(("measure", compiled, settings))
+            if trouble is not None:
+                early = _result(compiled, Status.LAUNCH_FAILED, f"could not run: {trouble}")
+        self._pending = (compiled, time.monotonic() + settings.timeout_s, early)
+
+    def collect(self) -> TrialResult:
+        assert self._pending is not None, "start() a candidate first"
+        compiled, deadline, early = self._pending
+        self._pending = None
+        if early is not None:
+            return early
+        reply = self._receive(deadline - time.monotonic())
         if isinstance(reply, str):
             status = Status.TIMED_OUT if reply.startswith("no answer") else Status.LAUNCH_FAILED
             return _result(compiled, status, reply)
@@ -140,6 +170,10 @@ class GPUWorker:
             # The worker exits after sending this; reap it so the next request starts a fresh one.
             self._kill()
         return result
+
+    def measure(self, compiled: Compiled, settings: Settings) -> TrialResult:
+        self.start(compiled, settings)
+        return self.collect()
 
     def vendor(self, kernel: str, problem: Any, plan: TimingPlan) -> tuple[str, Timing] | None:
         reply = self._request(("vendor", kernel, problem, plan), SETUP_TIMEOUT_S)

@@ -44,6 +44,12 @@ class FakeEvaluator:
         self.calls: list[str] = []
         self.log, self.delay, self.fail_keys = log, delay, fail_keys
 
+    def start(self, c: Compiled, settings: Settings) -> None:
+        self._pending = (c, settings)
+
+    def collect(self) -> TrialResult:
+        return self.measure(*self._pending)
+
     def vendor(self, kernel, problem, plan):
         return "fake-BLAS", Timing(2.0, 2.0, 2.0, 0.0, 5)
 

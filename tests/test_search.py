@@ -169,7 +169,7 @@ def test_killed_run_loses_no_completed_trial(spec_file, tmp_path):
     study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     interrupted = [t for t in study.trials if t.user_attrs.get("status") == "interrupted"]
-    assert len(interrupted) <= 1
+    assert len(interrupted) <= 2  # the candidate on the GPU and the one prefetched (prefetch=1)
 
 
 def test_slow_candidates_are_pruned_early_and_never_best(spec_file, tmp_path):
@@ -194,3 +194,22 @@ def test_prefetched_candidates_left_at_the_end_are_freed_for_the_next_run(spec_f
     # a configuration asked for but never run is evaluated by the next run
     for t in left:
         assert Config.of(t.params).key in ev2.calls
+
+
+class _BlockingEvaluator(FakeEvaluator):
+    """Only the blocking interface: the search must fall back to measure()."""
+
+    start = None  # type: ignore[assignment]
+    collect = None  # type: ignore[assignment]
+
+    def __getattribute__(self, name):
+        if name in ("start", "collect"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_overlapped_and_blocking_evaluators_find_the_same(spec_file, tmp_path):
+    spec = load_spec(spec_file("brute"))
+    a = run(spec, open_storage(str(tmp_path / "a.journal")), FakeEvaluator(), trials=1000)
+    b = run(spec, open_storage(str(tmp_path / "b.journal")), _BlockingEvaluator(), trials=1000)
+    assert a.best.config == b.best.config and a.evaluated == b.evaluated and a.statuses == b.statuses
