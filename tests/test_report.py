@@ -401,3 +401,20 @@ def test_the_page_renders_in_a_headless_browser(made, tmp_path):
         assert white < 0.97 * width * height
     for png in embedded_pngs((out / "report.html").read_text()):
         png_image(png)
+
+
+REAL_REPORT = DATA.parent.parent / "benchmarks" / "report" / "report.html"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="the chromium binary is not installed")
+def test_the_committed_report_of_the_real_h200_run_renders(tmp_path):
+    # benchmarks/report/report.html was made by `autotune report` from the journal of a real H200 run.
+    html = REAL_REPORT.read_text()
+    images = list(embedded_pngs(html))
+    assert len(images) >= 8 and 'src="http' not in html and "<script" not in html
+    for png in images:
+        png_image(png)
+    shot = tmp_path / "real.png"
+    screenshot(REAL_REPORT, shot, 1400, 2600)
+    width, height, raw = png_image(shot.read_bytes())
+    assert (width, height) == (1400, 2600) and len(set(raw)) > 64
