@@ -10,6 +10,7 @@ import functools
 import os
 import re
 import shutil
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -128,17 +129,87 @@ def _with_resources(r: CompileResult) -> CompileResult:
     regs = _REGS.search(r.log)
     smem = _SMEM.search(r.log)
     spill = _SPILL.search(r.log)
+    if regs and spill:
+        registers, stack = int(regs.group(1)), int(spill.group(1))
+        stores, loads = int(spill.group(2)), int(spill.group(3))
+    else:
+        # NVRTC 13.0 answers a repeated compile from its cache without running ptxas, so the log has no
+        # resource report; the cubin's own attributes carry the register count and the stack frame.
+        # These templates keep no arrays in local memory, so a stack frame means spilled registers.
+        registers, stack = cubin_resources(r.cubin or b"", r.kernel_name)
+        stores = loads = stack
     return CompileResult(
         r.kernel_name,
         r.cubin,
         r.log,
         r.seconds,
-        registers=int(regs.group(1)) if regs else None,
+        registers=registers,
         static_smem=int(smem.group(1)) if smem else 0,
-        stack_bytes=int(spill.group(1)) if spill else None,
-        spill_stores=int(spill.group(2)) if spill else None,
-        spill_loads=int(spill.group(3)) if spill else None,
+        stack_bytes=stack,
+        spill_stores=stores,
+        spill_loads=loads,
     )
+
+
+_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT = 0x11, 0x2F
+_EIFMT_SVAL = 0x04
+
+
+def cubin_resources(cubin: bytes, kernel_name: str) -> tuple[int | None, int | None]:
+    """(registers, stack frame bytes) of ``kernel_name`` read from a cubin's ``.nv.info`` attributes.
+
+    The attributes are records of (format, attribute, payload); per-function ones carry the index of the
+    function's symbol. Returns (None, None) for anything that does not parse.
+    """
+    try:
+        return _cubin_resources(cubin, kernel_name)
+    except (struct.error, ValueError, IndexError):
+        return None, None
+
+
+def _cubin_resources(b: bytes, kernel_name: str) -> tuple[int | None, int | None]:
+    if b[:4] != b"\x7fELF" or b[4] != 2:  # 64-bit ELF only
+        return None, None
+    shoff = struct.unpack_from("<Q", b, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", b, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", b, shoff + i * shentsize) for i in range(shnum)]
+    names_off = headers[shstrndx][4]
+
+    def name(h: tuple) -> str:
+        start = names_off + h[0]
+        return b[start : b.index(b"\0", start)].decode()
+
+    by_name = {name(h): h for h in headers}
+    symtab = by_name.get(".symtab")
+    info = by_name.get(".nv.info")
+    if symtab is None or info is None:
+        return None, None
+    strtab = headers[symtab[6]]  # sh_link of the symbol table names its string table
+    symbol = None
+    for i in range(symtab[5] // 24):
+        st_name = struct.unpack_from("<I", b, symtab[4] + 24 * i)[0]
+        start = strtab[4] + st_name
+        if b[start : b.index(b"\0", start)] == kernel_name.encode():
+            symbol = i
+            break
+    if symbol is None:
+        return None, None
+    registers = stack = None
+    pos, end = info[4], info[4] + info[5]
+    while pos + 4 <= end:
+        fmt, attr = b[pos], b[pos + 1]
+        if fmt != _EIFMT_SVAL:
+            pos += 4
+            continue
+        size = struct.unpack_from("<H", b, pos + 2)[0]
+        if size == 8:
+            sym, value = struct.unpack_from("<II", b, pos + 4)
+            if sym == symbol and attr == _EIATTR_REGCOUNT:
+                registers = value
+            elif sym == symbol and attr == _EIATTR_FRAME_SIZE:
+                stack = value
+        pos += 4 + size
+    return registers, stack
 
 
 def require_nvrtc() -> None:

@@ -105,3 +105,23 @@ def test_missing_headers_are_named(monkeypatch):
             include_dirs_for(("no_such_header_xyz.h",))
     finally:
         include_dirs_for.cache_clear()
+
+
+def test_resources_come_from_the_cubin_when_the_log_has_no_report(gemm_candidates):
+    # NVRTC 13.0 answers a repeated compile from its cache with an empty log: the cubin must tell.
+    from autotune.compiler import CompileResult, _with_resources, cubin_resources
+
+    spilling = dict(BM=256, BN=32, BK=16, WM=128, WN=32, WNITER=2, TM=4, TN=4, VEC=1, PAD=0, DBUF=True)
+    from autotune.space import Config
+
+    sample = random.Random(1).sample(gemm_candidates, 4)
+    sample.append(Candidate("gemm", "simt", sample[0].problem, Config.of(spilling)))
+    for cand in sample:
+        c = render_candidate(cand, SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert cubin_resources(r.cubin, c.kernel_name) == (r.registers, r.stack_bytes)
+        silent = _with_resources(CompileResult(c.kernel_name, r.cubin, "", 0.0))
+        assert silent.registers == r.registers and silent.stack_bytes == r.stack_bytes
+        assert (silent.spills > 0) == (r.spills > 0)
+    assert cubin_resources(b"not an elf file", "k") == (None, None)
+    assert cubin_resources(r.cubin, "no_such_kernel") == (None, None)
