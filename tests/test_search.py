@@ -213,3 +213,30 @@ def test_overlapped_and_blocking_evaluators_find_the_same(spec_file, tmp_path):
     a = run(spec, open_storage(str(tmp_path / "a.journal")), FakeEvaluator(), trials=1000)
     b = run(spec, open_storage(str(tmp_path / "b.journal")), _BlockingEvaluator(), trials=1000)
     assert a.best.config == b.best.config and a.evaluated == b.evaluated and a.statuses == b.statuses
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "brute", "gp", "cmaes"])
+def test_every_sampler_searches_without_repeating_itself(sampler, spec_file, tmp_path):
+    from autotune.errors import AutotuneError
+    from autotune.search import make_sampler
+
+    try:
+        make_sampler(sampler, 0)
+    except AutotuneError as exc:  # an optional dependency is missing: the message says what to install
+        assert "pip install" in str(exc)
+        pytest.skip(str(exc))
+    spec = load_spec(spec_file(sampler))
+    ev = FakeEvaluator()
+    out = run(spec, open_storage(str(tmp_path / "s.journal")), ev, trials=12)
+    searched = ev.calls[: out.new]
+    assert out.evaluated == 12 and len(set(searched)) == len(searched)
+    seen = [fake_time({k: int(v) for k, v in (kv.split("=") for kv in key.split(","))}) for key in searched]
+    assert out.best is not None and out.best.median_ms == pytest.approx(min(seen))
+
+
+def test_any_optuna_storage_url_works(spec_file, tmp_path):
+    spec = load_spec(spec_file())
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    first = run(spec, open_storage(url), FakeEvaluator(), trials=4)
+    again = run(spec, open_storage(url), FakeEvaluator(), trials=6)
+    assert first.new == 4 and again.evaluated == 6 and again.new == 2
