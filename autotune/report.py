@@ -51,7 +51,9 @@ STATUS_COLORS = {
     "unevaluated": "#dddddd", "running": "#1f77b4",
 }  # fmt: skip
 
-_STUDY_NAME = re.compile(r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)\.(?P<hash>\w+)")
+_STUDY_NAME = re.compile(
+    r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)\.(?P<hash>[\w.]+)"
+)
 _GEMM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 _RESULT_KEYS = (
     "reason", "kernel_name", "config_key", "median_ms", "min_ms", "max_ms", "iqr_ms", "repeats", "tflops", "gbps",

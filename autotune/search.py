@@ -8,6 +8,7 @@ are already far slower than the best so far stops being timed (pruned).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -108,8 +109,17 @@ def _need(module: str, sampler: str) -> None:
 
 
 def study_name(spec: Spec, problem: Any) -> str:
-    # The template's hash is part of the name: a changed template starts a fresh study.
-    return f"{spec.kernel}.{spec.template}.{spec.dtype}.{problem.label}.{template_hash(spec.kernel, spec.template)[:8]}"
+    """``gemm.simt.float32.4096x4096x4096.<template hash>.<space hash>``.
+
+    A changed template or a changed space (values, conditions, constraints) starts a fresh study: Optuna
+    cannot mix parameter distributions, and configurations recorded as invalid under old constraints must
+    not answer for new ones. The old study stays in the storage.
+    """
+    space = repr([(p.name, p.values, p.when.text if p.when else None) for p in spec.space.params])
+    space += repr([c.text for c in spec.space.constraints])
+    digest = hashlib.sha256(space.encode()).hexdigest()[:6]
+    template = template_hash(spec.kernel, spec.template)[:8]
+    return f"{spec.kernel}.{spec.template}.{spec.dtype}.{problem.label}.{template}.{digest}"
 
 
 _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
@@ -267,13 +277,13 @@ def tune_shape(
     inflight: deque[tuple[Any, Compiled, str | None]] = deque()
     exhausted = False
 
-    def refill(running: int = 0) -> None:
-        """Ask for candidates until ``prefetch`` are in flight; ``running`` are on the GPU right now."""
+    def refill(running: str | None = None) -> None:
+        """Ask for candidates until ``prefetch`` are in flight; ``running`` is the one on the GPU now."""
         nonlocal exhausted
         while not exhausted and len(inflight) < prefetch:
-            if trials is not None and state.evaluated + len(inflight) + running >= trials:
+            if trials is not None and state.evaluated + len(inflight) + (running is not None) >= trials:
                 return
-            keys = {c.candidate.config.key for _, c, _ in inflight}
+            keys = {c.candidate.config.key for _, c, _ in inflight} | ({running} if running else set())
             item = _ask_one(spec, study, problem, settings, state, proposals, keys)
             if item is None:
                 exhausted = True
@@ -283,10 +293,10 @@ def tune_shape(
 
     overlap = hasattr(evaluator, "start") and hasattr(evaluator, "collect")
     while True:
-        refill()
         if deadline is not None and time.monotonic() >= deadline:
             stopped = f"time budget of {minutes:g} min reached"
             break
+        refill()
         if not inflight:
             stopped = "search space exhausted" if exhausted else f"trial budget of {trials} reached"
             break
@@ -296,7 +306,7 @@ def tune_shape(
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
             evaluator.start(compiled, run_settings)  # type: ignore[attr-defined]
-            refill(running=1)
+            refill(running=compiled.candidate.config.key)
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)

@@ -240,3 +240,27 @@ def test_any_optuna_storage_url_works(spec_file, tmp_path):
     first = run(spec, open_storage(url), FakeEvaluator(), trials=4)
     again = run(spec, open_storage(url), FakeEvaluator(), trials=6)
     assert first.new == 4 and again.evaluated == 6 and again.new == 2
+
+
+def test_the_candidate_on_the_gpu_is_never_proposed_again(tmp_path):
+    # Regression: with the GPU measuring while the sampler asks, the running configuration was not in
+    # the set of those in flight, and a small space saw one configuration evaluated twice.
+    text = NAIVE_SPEC.replace("BX: [4, 8, 16, 32, 64]", "BX: [32, 64]").replace("BY: [1, 2, 4, 8, 16]", "BY: [1, 2, 4]")
+    path = tmp_path / "small.yaml"
+    path.write_text(text)
+    spec = load_spec(path)
+    for seed in range(5):
+        ev = FakeEvaluator()
+        s = spec.__class__(**{**spec.__dict__, "seed": seed})
+        out = run(s, open_storage(str(tmp_path / f"s{seed}.journal")), ev, trials=100, prefetch=1)
+        searched = ev.calls[: out.new]
+        assert len(searched) == len(set(searched)) == out.evaluated == 6
+
+
+def test_editing_the_space_starts_a_new_study_instead_of_crashing(spec_file, tmp_path):
+    path = spec_file()
+    storage = open_storage(str(tmp_path / "s.journal"))
+    before = run(load_spec(path), storage, FakeEvaluator(), trials=4)
+    path.write_text(path.read_text().replace("BX: [4, 8, 16, 32, 64]", "BX: [4, 8, 16, 32, 64, 128]"))
+    after = run(load_spec(path), storage, FakeEvaluator(), trials=4)
+    assert after.study_name != before.study_name and after.new == 4
