@@ -103,6 +103,9 @@ def static_check(candidate: Candidate, settings: Settings) -> str | None:
     reason = family.check(candidate.template, params)
     if reason:
         return reason
+    reason = family.check_problem(candidate.template, params, candidate.problem)
+    if reason:
+        return reason
     launch = family.launch(candidate.template, params, candidate.problem)
     if launch.shared_bytes > settings.max_shared_bytes:
         return f"needs {launch.shared_bytes} bytes of shared memory, the device allows {settings.max_shared_bytes}"

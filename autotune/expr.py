@@ -62,6 +62,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "is_pow2": _is_pow2,
 }
 
+MAX_LENGTH = 1000  # characters in one expression: enough for any constraint, bounded parse work
 _MAX_POWER = 64  # keeps ``2 ** 10 ** 10`` from stalling the process
 _MAX_BITS = 256  # integers larger than this are no tile size; refusing them keeps every step cheap
 
@@ -97,10 +98,14 @@ class Expression:
     _tree: ast.Expression = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if len(self.text) > MAX_LENGTH:
+            raise ConstraintError(f"{self.text[:40]!r}... is {len(self.text)} characters, over {MAX_LENGTH}")
         try:
             tree = ast.parse(self.text.strip(), mode="eval")
         except SyntaxError as exc:
             raise ConstraintError(f"cannot parse {self.text!r}: {exc.msg}") from None
+        except (RecursionError, MemoryError, ValueError):
+            raise ConstraintError(f"cannot parse {self.text[:40]!r}...: nested too deeply") from None
         names: set[str] = set()
         for node in ast.walk(tree):
             _check_node(node, self.text)

@@ -7,6 +7,7 @@ expected, e.g. ``configs/gemm.yaml: params.BM: expected a list of values or a ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ TOP_KEYS = {
     "budget", "sampler", "seed", "verify", "start_from",
 }  # fmt: skip
 MAX_RANGE_VALUES = 4096
+MAX_SPACE = 5_000_000  # combinations before constraints; the search enumerates the feasible set once per shape
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def load_spec(path: str | Path) -> Spec:
         text = Path(path).read_text()
     except FileNotFoundError:
         raise SpecError(p, "", "file not found") from None
+    except UnicodeDecodeError:
+        raise SpecError(p, "", "is not UTF-8 text") from None
     except OSError as exc:
         raise SpecError(p, "", f"cannot be read ({exc.strerror})") from None
     try:
@@ -110,7 +114,7 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     if len({pr.label for pr in problems}) != len(problems):
         raise fail("shapes", "lists the same shape twice")
 
-    space = _parse_space(raw, info.params, info.optional, fail)
+    space = _parse_space(raw, info, fail)
 
     objective = raw.get("objective", "time")
     if objective not in OBJECTIVES:
@@ -120,14 +124,16 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     if sampler not in SAMPLERS:
         raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
     seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise fail("seed", f"expected a non-negative integer, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise fail("seed", f"expected an integer from 0 to 2**32 - 1, got {seed!r}")
     tolerance = _parse_verify(raw.get("verify"), fail)
     start_from = _parse_start(raw.get("start_from"), space, fail)
     try:
         feasible = any(family.check(template, c.as_dict()) is None for c in space.enumerate())
     except ConstraintError as exc:
         raise fail("constraints", str(exc)) from None
+    except (TypeError, ValueError, ZeroDivisionError, KeyError) as exc:  # values the template cannot take
+        raise fail("params", f"a combination of values breaks the template's checks ({exc})") from None
     if not feasible:
         raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks")
     return Spec(path, kernel, template, dtype, tuple(problems), space, objective, budget, sampler, seed,
@@ -145,6 +151,10 @@ def _required(raw: dict, key: str, typ: type, fail: Any) -> Any:
     if not isinstance(v, typ):
         raise fail(key, f"expected a {typ.__name__}, got {_kind(v)}")
     return v
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_scalar(v: Any) -> bool:
@@ -209,7 +219,19 @@ def _parse_param(name: str, v: Any, fail: Any) -> Param:
     return Param(name, tuple(values), when)
 
 
-def _parse_space(raw: dict, expected: tuple[str, ...], optional: tuple[str, ...], fail: Any) -> Space:
+def _check_kind(p: Param, kind: str, fail: Any) -> None:
+    for v in p.values:
+        if kind == "bool":
+            ok, expected = isinstance(v, bool), "true or false"
+        else:
+            low = 0 if kind == "int>=0" else 1
+            ok, expected = _is_int(v) and v >= low, f"integers >= {low}"
+        if not ok:
+            raise fail(f"params.{p.name}", f"expected {expected}, got {v!r}")
+
+
+def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
+    expected, optional = info.params, info.optional
     params_raw = raw.get("params")
     if not isinstance(params_raw, dict) or not params_raw:
         raise fail("params", f"expected a mapping of parameter names to values, got {_kind(params_raw)}")
@@ -223,6 +245,10 @@ def _parse_space(raw: dict, expected: tuple[str, ...], optional: tuple[str, ...]
     for p in params:
         if p.when is not None and p.name not in optional:
             raise fail(f"params.{p.name}.when", "this template needs the parameter in every configuration")
+        _check_kind(p, info.kind(p.name), fail)
+    size = math.prod(len(p.values) for p in params)
+    if size > MAX_SPACE:
+        raise fail("params", f"spans {size:,} combinations, more than {MAX_SPACE:,}; narrow the value lists")
 
     cons_raw = raw.get("constraints", [])
     if not isinstance(cons_raw, list) or not all(isinstance(c, str) for c in cons_raw):

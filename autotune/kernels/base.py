@@ -18,6 +18,10 @@ class TemplateInfo:
     dtypes: tuple[str, ...]
     description: str
     optional: tuple[str, ...] = ()  # parameters that may be conditional (absent from some configurations)
+    kinds: tuple[tuple[str, str], ...] = ()  # parameter -> "int>=1" | "int>=0" | "bool"; unlisted: "int>=1"
+
+    def kind(self, param: str) -> str:
+        return dict(self.kinds).get(param, "int>=1")
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Family(Protocol):
     def default_config(self, dtype: str) -> tuple[str, dict[str, Any]]: ...
 
     def launch(self, template: str, params: Params, problem: Any) -> Launch: ...
+
+    def check_problem(self, template: str, params: Params, problem: Any) -> str | None: ...
 
     def make_inputs(self, problem: Any, seed: int) -> Any: ...
 

@@ -15,6 +15,8 @@ from .base import Launch, Params, TemplateInfo
 
 ITEMSIZE = {"float32": 4}
 MAX_THREADS = 1024
+MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
+MAX_GRID_Y = 65535
 MAX_ACCUMULATORS = 128  # per thread; above this the register file spills on every architecture we target
 
 
@@ -47,7 +49,13 @@ class GemmFamily:
     shape_help = "[M, N, K] or 'MxNxK' with positive integers"
     templates = {
         "naive": TemplateInfo("naive", ("BX", "BY"), ("float32",), "one thread per output, no tiling"),
-        "simt": TemplateInfo("simt", SIMT_PARAMS, ("float32",), "block, warp and register tiled SIMT"),
+        "simt": TemplateInfo(
+            "simt",
+            SIMT_PARAMS,
+            ("float32",),
+            "block, warp and register tiled SIMT",
+            kinds=(("PAD", "int>=0"), ("DBUF", "bool")),
+        ),  # fmt: skip
     }
 
     def problem(self, shape: Any, dtype: str) -> GemmProblem:
@@ -60,6 +68,8 @@ class GemmFamily:
             dims = ()
         if len(dims) != 3 or min(dims) < 1:
             raise ValueError(f"expected {self.shape_help}, got {shape!r}")
+        if max(dims) > MAX_DIM:
+            raise ValueError(f"dimensions above {MAX_DIM} are not supported (32-bit indices), got {shape!r}")
         return GemmProblem(*dims, dtype=dtype)
 
     # --- configuration -> derived values ---------------------------------------------------------
@@ -112,6 +122,13 @@ class GemmFamily:
         order = self.templates[template].params
         parts = [f"{k.lower()}{int(params[k]) if isinstance(params[k], bool) else params[k]}" for k in order]
         return "_".join([self.name, template, *parts])
+
+    def check_problem(self, template: str, params: Params, problem: GemmProblem) -> str | None:
+        """Why this configuration cannot launch for this problem (grid limits), or None."""
+        rows = self.launch(template, params, problem).grid[1]
+        if rows > MAX_GRID_Y:
+            return f"needs {rows} row blocks, more than the {MAX_GRID_Y} a grid allows; use a larger BM"
+        return None
 
     def launch(self, template: str, params: Params, problem: GemmProblem) -> Launch:
         if template == "naive":
