@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import math
 import os
 import random
 import sys
@@ -189,8 +190,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _positive(name: str, v: float | None) -> None:
-    if v is not None and v <= 0:
-        raise AutotuneError(f"{name} must be positive, got {v}")
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise AutotuneError(f"{name} must be a positive number, got {v}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -201,7 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _positive("--jobs", args.jobs)
     _positive("--limit", args.limit)
     _positive("--timeout", args.timeout)
-    if args.abort_ratio and args.abort_ratio < 1:
+    if args.limit is not None and not args.compile_only:
+        raise AutotuneError("--limit only applies with --compile-only; a tuning run's budget is --trials/--minutes")
+    if not math.isfinite(args.abort_ratio) or (args.abort_ratio and args.abort_ratio < 1):
         raise AutotuneError(f"--abort-ratio must be 0 (never abort) or at least 1, got {args.abort_ratio}")
     if args.arch and not args.compile_only:
         raise AutotuneError("--arch only applies with --compile-only; a tuning run uses the GPU's own arch")
@@ -315,10 +318,6 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     )  # fmt: skip
     trials = args.trials if args.trials is not None else spec.budget.trials
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes
-    if args.trials is not None and args.minutes is None:
-        minutes = None
-    if args.minutes is not None and args.trials is None:
-        trials = None
     print(f"{gpu.name} ({gpu.key}); studies in {storage_url}", file=sys.stderr)
     versions = _versions(gpu, nvrtc_version())
     header = {"kernel": spec.kernel, "gpu": {"name": gpu.name, "arch": gpu.arch, "key": gpu.key,

@@ -33,8 +33,8 @@ def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def current_gpu() -> GPUInfo:
-    """Describe device 0, or raise NoGPUError with one sentence saying why there is none."""
+def current_gpu(device: int | None = None) -> GPUInfo:
+    """Describe ``device`` (default: the current one), or raise NoGPUError saying why there is none."""
     try:
         import cupy as cp
     except ImportError:
@@ -48,8 +48,8 @@ def current_gpu() -> GPUInfo:
         ) from None
     if count < 1:
         raise NoGPUError("no CUDA GPU is visible; use --compile-only --arch sm_90 to compile without one")
-    dev = cp.cuda.Device(0)
-    props = cp.cuda.runtime.getDeviceProperties(0)
+    dev = cp.cuda.Device(device) if device is not None else cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
     attrs = dev.attributes
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return GPUInfo(

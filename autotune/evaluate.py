@@ -167,7 +167,7 @@ def prepare(candidate: Candidate, settings: Settings) -> Compiled:
     return finish(c, compile_source(c.source, c.kernel_name, settings.arch), settings)
 
 
-_modules: dict[bytes, Any] = {}
+_modules: dict[tuple[int, bytes], Any] = {}  # (device, cubin): a module belongs to one device's context
 _seeds = itertools.count()
 
 
@@ -176,12 +176,13 @@ def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
     import cupy as cp
     from cupy_backends.cuda.api import driver
 
-    fn = _modules.get(compiled.cubin)  # type: ignore[arg-type]
+    key = (cp.cuda.Device().id, compiled.cubin)
+    fn = _modules.get(key)  # type: ignore[arg-type]
     if fn is None:
         module = cp.cuda.function.Module()
         module.load(compiled.cubin)
         fn = (module, module.get_function(compiled.kernel_name))
-        _modules[compiled.cubin] = fn  # type: ignore[index]
+        _modules[key] = fn  # type: ignore[index]
     if shared_bytes > 48 * 1024:
         driver.funcSetAttribute(fn[1].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
     return fn[1]

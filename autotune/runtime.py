@@ -41,9 +41,11 @@ ENV_CACHE_DIR = "AUTOTUNE_CACHE_DIR"
 
 
 def default_tuned_dir() -> Path:
-    """``$AUTOTUNE_TUNED_DIR``, else the tuned/ results that ship with the package."""
+    """``$AUTOTUNE_TUNED_DIR``, else ./tuned (where ``autotune run`` writes by default), else the package's."""
     if os.environ.get(ENV_TUNED_DIR):
         return Path(os.environ[ENV_TUNED_DIR])
+    if Path("tuned").is_dir():
+        return Path("tuned")
     here = Path(__file__).resolve().parent.parent / "tuned"
     if here.is_dir():
         return here
@@ -232,7 +234,7 @@ _launchers_lock = threading.Lock()
 def _gpu(device_id: int) -> tuple[str, str]:
     from .device import current_gpu
 
-    gpu = current_gpu()
+    gpu = current_gpu(device_id)
     return gpu.key, gpu.arch
 
 
@@ -260,6 +262,9 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
             return _launchers[memo]
     gpu_key, arch = _gpu(device_id)
     choice = choose(kernel, problem, gpu_key, arch, tdir, layout)
+    reason = family.check_problem(choice.template, choice.params, problem)
+    if reason:
+        raise AutotuneError(f"{kernel} {problem.label}: the {choice.step} configuration {reason}")
     rendered = render(kernel, choice.template, choice.params)
     compiled = _cache.get(rendered.source, rendered.source_hash, rendered.kernel_name, arch)
     launch = family.launch(choice.template, choice.params, problem)
@@ -309,10 +314,15 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         out_cp, _ = _as_cupy(out, "out")
         if out_cp.shape != (m, n) or out_cp.dtype != cp.float32 or not out_cp.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape {(m, n)}")
-    if not a_cp.flags.c_contiguous:
-        a_cp = cp.ascontiguousarray(a_cp)
-    if not b_cp.flags.c_contiguous:
-        b_cp = cp.ascontiguousarray(b_cp)
+    # The kernels load and store 16 bytes at a time from row starts: views that begin off a 16-byte
+    # boundary (or are not C-contiguous) are copied first, and such an out is written through a copy.
+    if not a_cp.flags.c_contiguous or a_cp.data.ptr % 16:
+        a_cp = a_cp.copy()
+    if not b_cp.flags.c_contiguous or b_cp.data.ptr % 16:
+        b_cp = b_cp.copy()
+    target = None
+    if out_cp.data.ptr % 16:
+        target, out_cp = out_cp, out_cp.copy()
     if m == 0 or n == 0:
         return out if out is not None else _like(out_cp, kind)
     if k == 0:  # an empty sum: only the beta term is left
@@ -326,6 +336,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         if launcher is None:
             launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, tuned_dir=tuned_dir)
         launcher(a_cp, b_cp, out_cp, alpha, beta)
+    if target is not None:
+        target[...] = out_cp
     if out is not None:
         return out
     return _like(out_cp, kind)

@@ -282,7 +282,9 @@ def _parse_budget(v: Any, fail: Any) -> Budget:
     trials, minutes = v.get("trials"), v.get("minutes")
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool) or trials < 1):
         raise fail("budget.trials", f"expected a positive integer, got {_kind(trials)}")
-    if minutes is not None and (not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or minutes <= 0):
+    if minutes is not None and (
+        not isinstance(minutes, (int, float)) or isinstance(minutes, bool) or not 0 < minutes < float("inf")
+    ):
         raise fail("budget.minutes", f"expected a positive number, got {_kind(minutes)}")
     if trials is None and minutes is None:
         raise fail("budget", "needs 'trials' or 'minutes' (or both)")

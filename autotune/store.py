@@ -79,6 +79,7 @@ def write_atomic(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; tuned/ files are shared results
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=False)
             f.write("\n")

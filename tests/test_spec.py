@@ -492,10 +492,10 @@ def test_cli_reports_a_missing_spec_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        (["--trials", "0"], "--trials must be positive, got 0"),
-        (["--trials", "-3"], "--trials must be positive, got -3"),
-        (["--minutes", "0"], "--minutes must be positive"),
-        (["--jobs", "0"], "--jobs must be positive"),
+        (["--trials", "0"], "--trials must be a positive number, got 0"),
+        (["--trials", "-3"], "--trials must be a positive number, got -3"),
+        (["--minutes", "0"], "--minutes must be a positive number"),
+        (["--jobs", "0"], "--jobs must be a positive number"),
         (["--arch", "sm_90"], "--arch only applies with --compile-only"),
     ],
     ids=["trials-0", "trials-negative", "minutes-0", "jobs-0", "arch-without-compile-only"],
@@ -510,4 +510,4 @@ def test_cli_trials_zero_with_relative_path(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     rc, out, err = _run_cli(["run", "configs/gemm.yaml", "--trials", "0"], capsys)
     line = _assert_one_error_line(rc, out, err)
-    assert line == "autotune: error: --trials must be positive, got 0"
+    assert line == "autotune: error: --trials must be a positive number, got 0"

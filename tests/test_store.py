@@ -89,3 +89,8 @@ def test_an_entry_of_another_template_version_is_replaced_even_if_faster(path):
     out = merge(path, HEADER, key, entry(1.0, template_hash="new"))
     assert out.stored and "another version" in out.why
     assert read(path)["entries"][key]["template_hash"] == "new"
+
+
+def test_written_files_are_readable_by_others(path):
+    merge(path, HEADER, "float32/NN/1x1x1", entry(1.0))
+    assert path.stat().st_mode & 0o044 == 0o044
