@@ -30,14 +30,13 @@ def test_a_technique_already_off_is_reported_not_measured_twice():
 
 
 def test_the_smallest_register_tile_rung_and_other_templates():
-    small = next(r for r in rungs("gemm", "simt", TUNED) if r.label.startswith("smallest register tile"))
+    small = next(r for r in rungs("gemm", "simt", TUNED) if r.label.startswith("4x4 register fragments"))
     assert small.problem is None and small.params["TM"] == small.params["TN"] == 4
     assert (
         FAMILIES["gemm"].derived("simt", small.params)["THREADS"] == FAMILIES["gemm"].derived("simt", TUNED)["THREADS"]
     )
     already = rungs("gemm", "simt", {**TUNED, "TN": 4, "TM": 4, "WNITER": 1})
-    assert (
-        next(r for r in already if r.label.startswith("smallest")).problem == "already off in the tuned configuration"
-    )
+    fragment = next(r for r in already if r.label.startswith("4x4 register"))
+    assert fragment.problem == "already off in the tuned configuration"
     with pytest.raises(ValueError):
         rungs("gemm", "naive", {"BX": 16, "BY": 16})
