@@ -17,6 +17,7 @@ import traceback
 from typing import Any
 
 from .bench import L2Flusher, Timing, TimingPlan
+from .errors import AutotuneError
 from .evaluate import Compiled, Settings, Status, TrialResult, _result, make_fixture, measure, time_vendor
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,11 @@ def _serve(conn: Any) -> None:
         if kind == "setup":
             _, kernel, problem, seed = msg
             fixtures.clear()  # one problem at a time keeps device memory bounded
-            fixtures[(kernel, problem)] = make_fixture(kernel, problem, seed)
+            try:
+                fixtures[(kernel, problem)] = make_fixture(kernel, problem, seed)
+            except Exception as exc:  # noqa: BLE001 - out of memory and the like: the parent stops the shape
+                conn.send(("error", f"{type(exc).__name__}: {str(exc)[:200]}"))
+                continue
             conn.send(("ready", None))
         elif kind == "measure":
             _, compiled, settings = msg
@@ -131,6 +136,8 @@ class GPUWorker:
         reply = self._request(("setup", kernel, problem, seed * 1_000_003 + self._setups), SETUP_TIMEOUT_S)
         if isinstance(reply, str):
             return reply
+        if reply[0] == "error":
+            return reply[1]
         self._ready = (kernel, problem, seed)
         return None
 
@@ -146,8 +153,11 @@ class GPUWorker:
         else:
             cand = compiled.candidate
             trouble = self._setup(cand.kernel, cand.problem, settings.seed)
-            if trouble is None:
-                trouble = self._send(("measure", compiled, settings))
+            if trouble is not None:
+                # Not this candidate's fault (out of memory for the inputs, say): stop instead of recording
+                # every candidate as failed. Finished trials are in the study; the run can be resumed.
+                raise AutotuneError(f"cannot prepare {cand.kernel} {cand.problem.label} on the GPU: {trouble}")
+            trouble = self._send(("measure", compiled, settings))
             if trouble is not None:
                 early = _result(compiled, Status.LAUNCH_FAILED, f"could not run: {trouble}")
         self._pending = (compiled, time.monotonic() + settings.timeout_s, early)
