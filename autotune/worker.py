@@ -41,7 +41,11 @@ def _serve(conn: Any) -> None:
         if kind == "stop":
             return
         if flush is None:
-            flush = L2Flusher()
+            try:
+                flush = L2Flusher()
+            except Exception as exc:  # noqa: BLE001 - no usable device: say so instead of dying
+                conn.send(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                continue
         if kind == "setup":
             _, kernel, problem, seed = msg
             fixtures.clear()  # one problem at a time keeps device memory bounded
@@ -175,6 +179,8 @@ class GPUWorker:
         if reply[0] == "crash":
             self._kill()
             raise RuntimeError(f"the GPU worker crashed (a bug in autotune):\n{reply[1]}")
+        if reply[0] == "error":
+            return _result(compiled, Status.LAUNCH_FAILED, reply[1])
         result = reply[1]
         if result.status is Status.LAUNCH_FAILED:
             # The worker exits after sending this; reap it so the next request starts a fresh one.
@@ -187,8 +193,8 @@ class GPUWorker:
 
     def vendor(self, kernel: str, problem: Any, plan: TimingPlan) -> tuple[str, Timing] | None:
         reply = self._request(("vendor", kernel, problem, plan), SETUP_TIMEOUT_S)
-        if isinstance(reply, str):
-            log.warning("vendor timing failed: %s", reply)
+        if isinstance(reply, str) or reply[0] == "error":
+            log.warning("vendor timing failed: %s", reply if isinstance(reply, str) else reply[1])
             return None
         return reply[1]
 
