@@ -105,9 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="output folder (report/)")
     compare = sub.add_parser(
         "compare",
-        help="two runs, or two GPUs' tuned results, side by side per shape (B over A)",
+        help="two runs, two GPUs' tuned results or two configurations, side by side per shape (B over A)",
         description="Best per shape of A and B with B/A ratios of time and TFLOP/s; each side is a journal, a "
-        "runs/ directory, a storage URL, a tuned/ (GPU) directory or a tuned .json file.",
+        "runs/ directory, a storage URL, a tuned/ (GPU) directory or a tuned .json file, or SOURCE@KERNEL_NAME "
+        "for one configuration of a run (e.g. runs/gemm@gemm_simt_bm128_bn256_bk16_...).",
     )
     compare.add_argument("a", help="the baseline (A)")
     compare.add_argument("b", help="compared with A (B)")

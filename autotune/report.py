@@ -449,8 +449,23 @@ def _is_tuned(source: str | Path) -> bool:
     return False
 
 
+def _config_summary(source: str, kernel_name: str) -> Any:
+    """One configuration's measurements per shape in a run, by its kernel name (the fastest if repeated)."""
+    df = trials(source)
+    df = df[(df["kernel_name"] == kernel_name) & (df["status"] == "complete")]
+    if df.empty:
+        raise AutotuneError(f"{source} has no complete trial of {kernel_name}")
+    df = df.sort_values("median_ms").drop_duplicates(["gpu", "kernel", "dtype", "shape"])
+    return df.assign(layout=None, gpu=df["gpu"].fillna(df["run"]))[_SUMMARY]
+
+
 def _summary(source: str | Path) -> Any:
-    """Best per shape of a run (journal, runs/ directory, URL) or of tuned results (directory or file)."""
+    """Best per shape of a run (journal, runs/ directory, URL) or of tuned results (directory or file);
+    ``SOURCE@KERNEL_NAME`` picks one configuration of a run instead of its best."""
+    text = str(source)
+    if "@" in text and "://" not in text.split("@")[-1]:
+        where, _, kernel_name = text.rpartition("@")
+        return _config_summary(where, kernel_name)
     if _is_tuned(source):
         return best(source)[_SUMMARY]
     df = best_per_shape(trials(source))
@@ -459,10 +474,12 @@ def _summary(source: str | Path) -> Any:
 
 
 def compare(a: str | Path, b: str | Path) -> Any:
-    """Two runs, or the tuned results of two GPUs, side by side per shape: B over A for time and TFLOP/s.
+    """Two runs, two GPUs' tuned results, or two configurations, side by side per shape: B over A.
 
-    Each side is a journal, a runs/ directory, an Optuna storage URL, a tuned/ (GPU) directory or a tuned
-    .json file. ``ms_ratio`` above 1: B is slower; ``tflops_ratio`` above 1: B is faster.
+    Each side is a journal, a runs/ directory, an Optuna storage URL, a tuned/ (GPU) directory, a tuned
+    .json file, or ``SOURCE@KERNEL_NAME`` for one configuration measured in a run (e.g.
+    ``runs/gemm@gemm_simt_bm128_bn256_...``). ``ms_ratio`` above 1: B is slower; ``tflops_ratio`` above 1:
+    B is faster.
     """
     sa, sb = _summary(a), _summary(b)
     na, nb = sa["gpu"].nunique(), sb["gpu"].nunique()

@@ -418,3 +418,19 @@ def test_the_committed_report_of_the_real_h200_run_renders(tmp_path):
     screenshot(REAL_REPORT, shot, 1400, 2600)
     width, height, raw = png_image(shot.read_bytes())
     assert (width, height) == (1400, 2600) and len(set(raw)) > 64
+
+
+def test_compare_two_configurations_of_a_run():
+    df = report.trials(DATA / "recorded.journal")
+    done = df[df["status"] == "complete"].sort_values("median_ms")
+    fast, slow = done["kernel_name"].iloc[0], done["kernel_name"].iloc[-1]
+    source = str(DATA / "recorded.journal")
+    cmp = report.compare(f"{source}@{fast}", f"{source}@{slow}")
+    both = cmp.dropna(subset=["median_ms_a", "median_ms_b"])
+    assert len(both) >= 1
+    for _, row in both.iterrows():
+        a = done[(done["kernel_name"] == fast) & (done["shape"] == row["shape"])]["median_ms"].min()
+        b = done[(done["kernel_name"] == slow) & (done["shape"] == row["shape"])]["median_ms"].min()
+        assert row["ms_ratio"] == pytest.approx(b / a) and row["ms_ratio"] > 1
+    with pytest.raises(AutotuneError, match="no complete trial of gemm_nothing"):
+        report.compare(f"{source}@gemm_nothing", source)
