@@ -497,8 +497,22 @@ def test_cli_reports_a_missing_spec_in_one_line(tmp_path, capsys):
         (["--minutes", "0"], "--minutes must be a positive number"),
         (["--jobs", "0"], "--jobs must be a positive number"),
         (["--arch", "sm_90"], "--arch only applies with --compile-only"),
+        (["--minutes", "nan"], "--minutes must be a positive number"),
+        (["--timeout", "inf"], "--timeout must be a positive number"),
+        (["--abort-ratio", "nan"], "--abort-ratio"),
+        (["--limit", "3"], "--limit only applies with --compile-only"),
     ],
-    ids=["trials-0", "trials-negative", "minutes-0", "jobs-0", "arch-without-compile-only"],
+    ids=[
+        "trials-0",
+        "trials-negative",
+        "minutes-0",
+        "jobs-0",
+        "arch-without-compile-only",
+        "minutes-nan",
+        "timeout-inf",
+        "abort-ratio-nan",
+        "limit-without-compile-only",
+    ],  # fmt: skip
 )
 def test_cli_rejects_bad_overrides(capsys, extra, fragment):
     rc, out, err = _run_cli(["run", str(GEMM_YAML), *extra], capsys)
