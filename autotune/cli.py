@@ -291,12 +291,14 @@ def _dynamic_smem(spec: Any, c: Any) -> int:
 
 
 def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from .compile_pool import CompilePool
     from .compiler import nvrtc_version, require_nvrtc
     from .device import current_gpu
     from .evaluate import Settings
     from .progress import Progress
-    from .report import final_table
+    from .report import final_table, problem_name
     from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
     from .verify import tolerance_for
@@ -326,18 +328,19 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     outcomes, stored = [], {}
     with GPUWorker() as worker, CompilePool(gpu.arch, jobs=args.jobs, timeout_s=args.timeout * 4) as compiler:
         for i, problem in enumerate(problems, 1):
-            bar = Progress(f"[{i}/{len(problems)}] {problem.label}", trials, minutes * 60 if minutes else None)
+            bar = Progress(f"[{i}/{len(problems)}] {problem_name(problem)}", trials, minutes * 60 if minutes else None)
+            shape_settings = replace(settings, tolerance=tolerance_for(problem.dtype, spec.tolerance))
             outcome = tune_shape(
-                spec, problem, settings, storage, trials=trials, minutes=minutes, evaluator=worker,
+                spec, problem, shape_settings, storage, trials=trials, minutes=minutes, evaluator=worker,
                 compiler=compiler, prefetch=max(4, 2 * args.jobs), abort_ratio=args.abort_ratio, progress=bar.update,
             )  # fmt: skip
             bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}")
             outcomes.append(outcome)
             if outcome.best is not None:
-                entry = _entry(spec, outcome, settings, versions)
-                key = entry_key(spec.dtype, "NN", problem.label)
+                entry = _entry(spec, outcome, shape_settings, versions)
+                key = entry_key(problem.dtype, problem.layout, problem.label)
                 result = merge(out_path, header, key, entry, force=args.force)
-                stored[problem.label] = "yes" if result.stored else "no (kept faster)"
+                stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))
     print(f"\nresults: {out_path}")
@@ -355,11 +358,13 @@ def _versions(gpu: Any, nvrtc: str) -> dict[str, str]:
 
 
 def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[str, Any]:
+    from .kernels import FAMILIES
+
     b = o.best
     t = b.timing
     return {
-        "template": spec.template,
-        "params": b.config.as_dict(),
+        "template": FAMILIES[spec.kernel].resolve(spec.template, b.config.as_dict()),
+        "params": {k: v for k, v in b.config.as_dict().items() if k != "TEMPLATE"},
         "kernel_name": b.kernel_name,
         "template_hash": b.template_hash,
         "source_hash": b.source_hash,

@@ -116,11 +116,15 @@ def render_candidate(candidate: Candidate, settings: Settings) -> Compiled:
     """Static checks and rendering; the result still needs a compile (see :func:`finish`)."""
     family = FAMILIES[candidate.kernel]
     params = candidate.config.as_dict()
-    name = family.kernel_name(candidate.template, params)
     reason = static_check(candidate, settings)
     if reason:
+        try:
+            name = family.kernel_name(candidate.template, params, candidate.problem)
+        except KeyError:  # "auto" with a TEMPLATE that names no template: the reason says so
+            name = f"{candidate.kernel}_{candidate.template}_" + candidate.config.key
         return Compiled(candidate, name, status=Status.INVALID, reason=reason)
-    rendered = render(candidate.kernel, candidate.template, params)
+    name = family.kernel_name(candidate.template, params, candidate.problem)
+    rendered = render(candidate.kernel, candidate.template, params, candidate.problem)
     return Compiled(candidate, name, rendered.source_hash, rendered.template_hash, rendered.source)
 
 
@@ -240,7 +244,8 @@ def measure(
     try:
         fn = load_kernel(c.compiled, launch.shared_bytes)
         out = family.new_output(problem)
-        args = family.kernel_args(problem, fixture.inputs, out)
+        scratch = family.new_scratch(cand.template, cand.config.as_dict(), problem)
+        args = family.kernel_args(problem, fixture.inputs, out, scratch=scratch)
         verify.poison(out)
 
         def run() -> None:

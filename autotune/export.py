@@ -31,8 +31,8 @@ def export(tuned_dir: Path, out_dir: Path) -> list[Path]:
         family = FAMILIES[kernel]
         for key, e in read(path)["entries"].items():
             dtype, layout, label = key.split("/")
-            problem = family.problem(label, dtype)
-            rendered = render(kernel, e["template"], e["params"])
+            problem = family.problem(label, dtype, layout)
+            rendered = render(kernel, e["template"], e["params"], problem)
             launch = family.launch(e["template"], e["params"], problem)
             src = out_dir / gpu_key / f"{rendered.kernel_name}.cu"
             src.parent.mkdir(parents=True, exist_ok=True)

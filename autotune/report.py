@@ -72,6 +72,13 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def problem_name(problem: Any) -> str:
+    """The shape, with dtype and layout when they are not the float32 / NN default."""
+    extra = [x for x in (getattr(problem, "dtype", "float32"), getattr(problem, "layout", "NN"))
+             if x not in ("float32", "NN")]  # fmt: skip
+    return " ".join([problem.label, *extra])
+
+
 def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
     """Best verified configuration per shape next to the vendor library, as aligned text."""
     import pandas as pd
@@ -80,7 +87,7 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
     for o in outcomes:
         b = o.best
         rows.append({
-            "shape": o.problem.label,
+            "shape": problem_name(o.problem),
             "best": b.kernel_name if b else "(none verified)",
             "ms": _fmt(b.median_ms if b else None, ".4f"),
             "spread": _fmt(b.timing.spread * 100 if b and b.timing else None, ".1f") + "%" if b else "-",
@@ -89,7 +96,7 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
             "vendor TFLOP/s": _fmt(o.problem.flops / o.vendor.median_ms / 1e9 if o.vendor else None, ".1f"),
             "x vendor": _fmt(o.vendor_ratio, ".2f"),
             "trials": f"{o.evaluated} ({o.new} new)",
-            "stored": stored.get(o.problem.label, "-"),
+            "stored": stored.get(problem_name(o.problem), "-"),
         })  # fmt: skip
     return pd.DataFrame(rows).to_string(index=False)
 

@@ -265,7 +265,7 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
     reason = family.check_problem(choice.template, choice.params, problem)
     if reason:
         raise AutotuneError(f"{kernel} {problem.label}: the {choice.step} configuration {reason}")
-    rendered = render(kernel, choice.template, choice.params)
+    rendered = render(kernel, choice.template, choice.params, problem)
     compiled = _cache.get(rendered.source, rendered.source_hash, rendered.kernel_name, arch)
     launch = family.launch(choice.template, choice.params, problem)
     from .evaluate import load_kernel

@@ -119,7 +119,8 @@ def study_name(spec: Spec, problem: Any) -> str:
     space += repr([c.text for c in spec.space.constraints])
     digest = hashlib.sha256(space.encode()).hexdigest()[:6]
     template = template_hash(spec.kernel, spec.template)[:8]
-    return f"{spec.kernel}.{spec.template}.{spec.dtype}.{problem.label}.{template}.{digest}"
+    shape = problem.label if problem.layout == "NN" else f"{problem.label}.{problem.layout}"
+    return f"{spec.kernel}.{spec.template}.{problem.dtype}.{shape}.{template}.{digest}"
 
 
 _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")

@@ -22,7 +22,7 @@ from .space import Config, Param, Space, Value, check_names
 SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute")
 OBJECTIVES = ("time",)
 TOP_KEYS = {
-    "kernel", "template", "dtype", "shapes", "params", "constraints", "objective",
+    "kernel", "template", "dtype", "layout", "shapes", "params", "constraints", "objective",
     "budget", "sampler", "seed", "verify", "start_from",
 }  # fmt: skip
 MAX_RANGE_VALUES = 4096
@@ -51,6 +51,8 @@ class Spec:
     seed: int
     tolerance: float | None
     start_from: tuple[Config, ...]
+    dtypes: tuple[str, ...] = ()  # every dtype of the problems (``dtype`` is the first)
+    layouts: tuple[str, ...] = ("NN",)
 
     @property
     def name(self) -> str:
@@ -96,22 +98,24 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     if template not in family.templates:
         raise fail("template", f"unknown {kernel} template {template!r}; expected one of {', '.join(family.templates)}")
     info = family.templates[template]
-    dtype = _required(raw, "dtype", str, fail)
-    if dtype not in info.dtypes:
-        raise fail(
-            "dtype", f"template {template!r} does not implement {dtype!r}; expected one of {', '.join(info.dtypes)}"
-        )
+    if "dtype" not in raw:
+        raise fail("dtype", "is required")
+    dtypes = _names(raw, "dtype", info.dtypes, lambda x: f"template {template!r} does not implement {x!r}", fail)
+    all_layouts = getattr(family, "layouts", ("NN",))
+    layouts = _names(raw, "layout", all_layouts, lambda x: f"unknown layout {x!r}", fail) if "layout" in raw else ["NN"]
 
     shapes = raw.get("shapes")
     if not isinstance(shapes, list) or not shapes:
         raise fail("shapes", f"expected a non-empty list of shapes, each {family.shape_help}")
     problems = []
     for i, s in enumerate(shapes):
-        try:
-            problems.append(family.problem(s, dtype))
-        except ValueError as exc:
-            raise fail(f"shapes[{i}]", str(exc)) from None
-    if len({pr.label for pr in problems}) != len(problems):
+        for dtype in dtypes:
+            for layout in layouts:
+                try:
+                    problems.append(family.problem(s, dtype, layout))
+                except ValueError as exc:
+                    raise fail(f"shapes[{i}]", str(exc)) from None
+    if len(set(problems)) != len(problems):
         raise fail("shapes", "lists the same shape twice")
 
     space = _parse_space(raw, info, fail)
@@ -136,8 +140,22 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
         raise fail("params", f"a combination of values breaks the template's checks ({exc})") from None
     if not feasible:
         raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks")
-    return Spec(path, kernel, template, dtype, tuple(problems), space, objective, budget, sampler, seed,
-                tolerance, start_from)  # fmt: skip
+    return Spec(path, kernel, template, dtypes[0], tuple(problems), space, objective, budget, sampler, seed,
+                tolerance, start_from, tuple(dtypes), tuple(layouts))  # fmt: skip
+
+
+def _names(raw: dict, key: str, allowed: tuple[str, ...], wrong: Any, fail: Any) -> list[str]:
+    """A name or a non-empty list of distinct names, each one of ``allowed``."""
+    v = raw[key]
+    values = v if isinstance(v, list) else [v]
+    if not values or not all(isinstance(x, str) for x in values):
+        raise fail(key, f"expected a name or a list of names, got {_kind(v)}")
+    if len(set(values)) != len(values):
+        raise fail(key, "lists a name twice")
+    for x in values:
+        if x not in allowed:
+            raise fail(key, f"{wrong(x)}; expected one of {', '.join(allowed)}")
+    return values
 
 
 def _kind(v: Any) -> str:
@@ -223,6 +241,11 @@ def _check_kind(p: Param, kind: str, fail: Any) -> None:
     for v in p.values:
         if kind == "bool":
             ok, expected = isinstance(v, bool), "true or false"
+        elif kind == "str":
+            ok, expected = isinstance(v, str), "strings"
+        elif kind.startswith("choice:"):
+            names = kind.removeprefix("choice:").split(",")
+            ok, expected = v in names, f"one of {', '.join(names)}"
         else:
             low = 0 if kind == "int>=0" else 1
             ok, expected = _is_int(v) and v >= low, f"integers >= {low}"

@@ -39,7 +39,11 @@ def template_path(kernel: str, template: str) -> Path:
 
 @functools.cache
 def template_hash(kernel: str, template: str) -> str:
-    """Content hash of the template file: part of every stored result's provenance."""
+    """Content hash of the template file (for "auto", of every template it chooses from): provenance."""
+    family = FAMILIES[kernel]
+    if template == "auto":
+        names = [t for t in family.templates if t not in ("auto", "naive")]
+        return hashlib.sha256("".join(template_hash(kernel, t) for t in names).encode()).hexdigest()[:16]
     return hashlib.sha256(template_path(kernel, template).read_bytes()).hexdigest()[:16]
 
 
@@ -49,13 +53,16 @@ class Rendered:
     source: str
     source_hash: str
     template_hash: str
+    template: str  # the concrete template rendered ("auto" resolved)
 
 
-def render(kernel: str, template: str, params: dict[str, Any]) -> Rendered:
-    """Render one candidate; parameters and the family's derived values form the context."""
+def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> Rendered:
+    """Render one candidate: its parameters, the family's derived values and the problem's variant
+    (dtype, layout; never the shape: one source serves every shape) form the context."""
     family = FAMILIES[kernel]
-    name = family.kernel_name(template, params)
-    context = {**params, **family.derived(template, params), "kernel_name": name}
-    source = _environment().get_template(f"{kernel}/{template}.cu.j2").render(context)
+    concrete = family.resolve(template, params)
+    name = family.kernel_name(concrete, params, problem)
+    context = {**params, **family.context(concrete, params, problem), "kernel_name": name}
+    source = _environment().get_template(f"{kernel}/{concrete}.cu.j2").render(context)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    return Rendered(name, source, digest, template_hash(kernel, template))
+    return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)

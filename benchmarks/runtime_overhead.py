@@ -98,7 +98,7 @@ def main() -> int:
     c = cp.empty((m, n), dtype=cp.float32)
     launcher = autotune.load("gemm", M=m, N=n, K=k)
     autotune.gemm(a, b, out=c)
-    rendered = render("gemm", launcher.choice.template, launcher.choice.params)
+    rendered = render("gemm", launcher.choice.template, launcher.choice.params, launcher.problem)
     raw = cp.RawKernel(rendered.source, rendered.kernel_name, options=("-std=c++17",))
     if launcher._shared > 48 * 1024:
         raw.max_dynamic_shared_size_bytes = launcher._shared

@@ -79,7 +79,7 @@ def template_params(p: dict) -> dict:
 
 
 def kt_source(p: dict) -> str:
-    r = render("gemm", "simt", template_params(p))
+    r = render("gemm", "simt", template_params(p), PROBLEM)
     return r.source.replace(r.kernel_name, KT_NAME)
 
 

@@ -15,6 +15,8 @@ from autotune.kernels import FAMILIES
 from autotune.spec import load_spec
 from autotune.templates import render
 
+F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
+
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = Settings(arch="sm_90", tolerance=1e-5, max_shared_bytes=227 * 1024)
 
@@ -51,9 +53,9 @@ def test_missing_template_parameter_is_an_error_not_an_empty_string():
 
 def test_render_is_deterministic_and_hash_tracks_source():
     p = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
-    a, b = render("gemm", "simt", p), render("gemm", "simt", dict(p))
+    a, b = render("gemm", "simt", p, F32), render("gemm", "simt", dict(p), F32)
     assert a == b
-    c = render("gemm", "simt", {**p, "PAD": 0})
+    c = render("gemm", "simt", {**p, "PAD": 0}, F32)
     assert c.source_hash != a.source_hash and c.template_hash == a.template_hash
 
 
@@ -68,7 +70,7 @@ def test_a_sample_of_candidates_compiles_for_sm90(gemm_candidates):
 
 
 def test_naive_template_compiles():
-    r = render("gemm", "naive", dict(BX=16, BY=16))
+    r = render("gemm", "naive", dict(BX=16, BY=16), F32)
     res = compile_source(r.source, r.kernel_name, "sm_90")
     assert res.ok and res.registers
 
@@ -78,7 +80,7 @@ def test_static_assert_mirrors_the_family_check():
     bad = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
     bad["WM"] = 48
     assert FAMILIES["gemm"].check("simt", bad) is not None
-    r = render("gemm", "simt", bad)
+    r = render("gemm", "simt", bad, F32)
     res = compile_source(r.source, r.kernel_name, "sm_90")
     assert not res.ok and re.search(r"static assert|static_assert", res.log)
 

@@ -18,6 +18,8 @@ from autotune.runtime import CubinCache, choose
 from autotune.store import merge
 from autotune.templates import render, template_hash
 
+F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
+
 GEMM = FAMILIES["gemm"]
 H200, H100, A100 = "nvidia-h200-sm90", "nvidia-h100-sm90", "nvidia-a100-sm80"
 BIG = dict(BM=128, BN=256, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
@@ -82,14 +84,14 @@ def test_entries_of_another_template_version_or_unverified_are_never_served(tmp_
 
 
 def test_cubin_cache_hits_on_disk_and_misses_when_source_or_nvrtc_change(tmp_path, monkeypatch):
-    r = render("gemm", "naive", dict(BX=16, BY=16))
+    r = render("gemm", "naive", dict(BX=16, BY=16), F32)
     first = CubinCache(tmp_path)
     assert first.get(r.source, r.source_hash, r.kernel_name, "sm_90").ok and first.compiles == 1
     second = CubinCache(tmp_path)  # a new process: the disk cache answers
     got = second.get(r.source, r.source_hash, r.kernel_name, "sm_90")
     assert second.compiles == 0 and got.cubin == compile_source(r.source, r.kernel_name, "sm_90").cubin
     # a template change renders another source: compiled again
-    changed = render("gemm", "naive", dict(BX=32, BY=8))
+    changed = render("gemm", "naive", dict(BX=32, BY=8), F32)
     second.get(changed.source, changed.source_hash, changed.kernel_name, "sm_90")
     assert second.compiles == 1
     # a new NVRTC gives another key for the same source

@@ -1,7 +1,14 @@
-"""GEMM, C[M, N] = alpha * A[M, K] @ B[K, N] + beta * C[M, N], row-major.
+"""GEMM, C[M, N] = alpha * op(A) @ op(B) + beta * C[M, N], C row-major.
 
-Derived quantities (threads, warp iterations, shared memory) are computed here and only here; the
-templates receive them in their render context and mirror each check with a ``static_assert``.
+The layout names op(): "NN" takes A (M x K) and B (K x N) row-major as given; a "T" stores that operand
+transposed (A as K x M, B as N x K), the way a column-major caller or a ``.T`` view hands it over.
+Dtypes: float32, float16, bfloat16 (inputs and C in that type, fp32 accumulation), and tfloat32
+(float32 arrays, tf32 tensor-core math: lower precision, its own tolerance).
+
+Derived quantities (threads, warp iterations, shared memory) are computed here and in the per-template
+modules (gemm_wmma.py), and only there; the templates receive them in their render context and mirror
+each check with a ``static_assert``. The "auto" template makes the template itself a search dimension:
+its TEMPLATE parameter picks one, and the other parameters exist under their template's branch.
 """
 
 from __future__ import annotations
@@ -11,9 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import gemm_wmma
 from .base import Launch, Params, TemplateInfo
 
-ITEMSIZE = {"float32": 4}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
+CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float"}
+SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32"}
+LAYOUTS = ("NN", "NT", "TN", "TT")
 MAX_THREADS = 1024
 MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
 MAX_GRID_Y = 65535
@@ -26,6 +37,7 @@ class GemmProblem:
     N: int
     K: int
     dtype: str
+    layout: str = "NN"
 
     @property
     def label(self) -> str:
@@ -40,13 +52,41 @@ class GemmProblem:
         """Fewest bytes a GEMM moves: A and B read once, C written once."""
         return (self.M * self.K + self.K * self.N + self.M * self.N) * ITEMSIZE[self.dtype]
 
+    @property
+    def storage(self) -> str:
+        """The array dtype of A, B and C."""
+        return "float32" if self.dtype == "tfloat32" else self.dtype
+
+
+def variant(dtype: str, layout: str) -> dict[str, Any]:
+    """What a template's source depends on besides its parameters: element type and operand layout."""
+    return {"DTYPE": dtype, "T": CTYPE[dtype], "ES": ITEMSIZE[dtype], "LAYOUT": layout,
+            "TRANS_A": layout[0] == "T", "TRANS_B": layout[1] == "T"}  # fmt: skip
+
 
 SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF")
+# Templates rendered with a dtype/layout variant, each described by its own module.
+MODULES: dict[str, Any] = {"wmma": gemm_wmma}
+
+
+def _auto_info(templates: dict[str, TemplateInfo]) -> TemplateInfo:
+    """TEMPLATE picks a template; every other parameter exists only under the branches that take it."""
+    concrete = [t for t in templates.values() if t.name != "naive"]
+    params: list[str] = []
+    kinds: dict[str, str] = {}
+    for t in concrete:
+        params += [p for p in t.params if p not in params]
+        kinds.update(t.kinds)
+    dtypes = tuple(dict.fromkeys(d for t in concrete for d in t.dtypes))
+    choice = "choice:" + ",".join(t.name for t in concrete)
+    return TemplateInfo("auto", ("TEMPLATE", *params), dtypes, "the template is a search dimension (TEMPLATE)",
+                        optional=tuple(params), kinds=(("TEMPLATE", choice), *kinds.items()))  # fmt: skip
 
 
 class GemmFamily:
     name = "gemm"
     shape_help = "[M, N, K] or 'MxNxK' with positive integers"
+    layouts = LAYOUTS
     templates = {
         "naive": TemplateInfo("naive", ("BX", "BY"), ("float32",), "one thread per output, no tiling"),
         "simt": TemplateInfo(
@@ -56,9 +96,11 @@ class GemmFamily:
             "block, warp and register tiled SIMT",
             kinds=(("PAD", "int>=0"), ("DBUF", "bool")),
         ),  # fmt: skip
+        **{name: TemplateInfo(name, m.PARAMS, m.DTYPES, m.DESCRIPTION, kinds=m.KINDS) for name, m in MODULES.items()},
     }
+    templates["auto"] = _auto_info(templates)
 
-    def problem(self, shape: Any, dtype: str) -> GemmProblem:
+    def problem(self, shape: Any, dtype: str, layout: str = "NN") -> GemmProblem:
         if isinstance(shape, str):
             parts = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*x\s*(\d+)\s*", shape)
             dims = tuple(int(p) for p in parts.groups()) if parts else ()
@@ -70,12 +112,24 @@ class GemmFamily:
             raise ValueError(f"expected {self.shape_help}, got {shape!r}")
         if max(dims) > MAX_DIM:
             raise ValueError(f"dimensions above {MAX_DIM} are not supported (32-bit indices), got {shape!r}")
-        return GemmProblem(*dims, dtype=dtype)
+        if dtype not in ITEMSIZE:
+            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(ITEMSIZE)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+        return GemmProblem(*dims, dtype=dtype, layout=layout)
 
     # --- configuration -> derived values ---------------------------------------------------------
 
-    def derived(self, template: str, params: Params) -> dict[str, Any]:
+    def resolve(self, template: str, params: Params) -> str:
+        """The concrete template a configuration renders: "auto" defers to its TEMPLATE parameter."""
+        return str(params.get("TEMPLATE", "")) if template == "auto" else template
+
+    def derived(self, template: str, params: Params, problem: GemmProblem | None = None) -> dict[str, Any]:
+        template = self.resolve(template, params)
         p = params
+        if template in MODULES:
+            v = variant(problem.dtype, problem.layout) if problem else variant(MODULES[template].DTYPES[0], "NN")
+            return MODULES[template].derived(params, v)
         if template == "naive":
             return {"THREADS": p["BX"] * p["BY"]}
         threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
@@ -85,8 +139,22 @@ class GemmFamily:
         smem = stages * p["BK"] * (p["BM"] + p["PAD"] + p["BN"] + p["PAD"]) * 4
         return {"THREADS": threads, "WMITER": wmiter, "SHARED_BYTES": smem}
 
+    def context(self, template: str, params: Params, problem: GemmProblem) -> dict[str, Any]:
+        """Everything a template renders from besides the parameters: derived values and the variant."""
+        return {**self.derived(template, params, problem), **variant(problem.dtype, problem.layout)}
+
     def check(self, template: str, params: Params) -> str | None:
         """Why this configuration cannot be built, or None. Mirrors the templates' static_asserts."""
+        if template == "auto":
+            chosen = self.resolve(template, params)
+            if chosen not in self.templates or chosen == "auto":
+                return f"TEMPLATE must name a template ({', '.join(t for t in self.templates if t != 'auto')})"
+            missing = [n for n in self.templates[chosen].params if n not in params]
+            if missing:
+                return f"TEMPLATE={chosen} needs {', '.join(missing)} (check the 'when' conditions)"
+            template = chosen
+        if template in MODULES:
+            return MODULES[template].check(params)
         p = params
         if template == "naive":
             if p["BX"] * p["BY"] > MAX_THREADS:
@@ -114,23 +182,42 @@ class GemmFamily:
             return f"more than {MAX_ACCUMULATORS} accumulators per thread"
         return None
 
-    def default_config(self, dtype: str) -> tuple[str, dict[str, Any]]:
+    def default_config(self, dtype: str, layout: str = "NN") -> tuple[str, dict[str, Any]]:
         """The runtime's last resort: a configuration the GPU test tier verifies on odd shapes."""
+        if dtype in gemm_wmma.DTYPES:
+            frag, pad = ("m16n16k8", 4) if dtype == "tfloat32" else ("m16n16k16", 8)
+            return "wmma", dict(FRAG=frag, WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=pad, STAGES=3,
+                                SPLIT_K=1, RASTER=1)  # fmt: skip
+        if layout != "NN":
+            raise ValueError(f"no {dtype} template computes layout {layout}; pass row-major operands")
         return "simt", dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
 
-    def kernel_name(self, template: str, params: Params) -> str:
+    def kernel_name(self, template: str, params: Params, problem: GemmProblem | None = None) -> str:
+        template = self.resolve(template, params)
         order = self.templates[template].params
         parts = [f"{k.lower()}{int(params[k]) if isinstance(params[k], bool) else params[k]}" for k in order]
-        return "_".join([self.name, template, *parts])
+        tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None and template in MODULES else []
+        return "_".join([self.name, template, *tag, *parts])
 
     def check_problem(self, template: str, params: Params, problem: GemmProblem) -> str | None:
-        """Why this configuration cannot launch for this problem (grid limits), or None."""
+        """Why this configuration cannot compute this problem (dtype, layout, grid limits), or None."""
+        template = self.resolve(template, params)
+        info = self.templates[template]
+        if problem.dtype not in info.dtypes:
+            return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
+        if template in MODULES:
+            return MODULES[template].check_problem(params, problem)
+        if problem.layout != "NN":
+            return f"{template} computes layout NN only, not {problem.layout}"
         rows = self.launch(template, params, problem).grid[1]
         if rows > MAX_GRID_Y:
             return f"needs {rows} row blocks, more than the {MAX_GRID_Y} a grid allows; use a larger BM"
         return None
 
     def launch(self, template: str, params: Params, problem: GemmProblem) -> Launch:
+        template = self.resolve(template, params)
+        if template in MODULES:
+            return MODULES[template].launch(params, problem)
         if template == "naive":
             bx, by = params["BX"], params["BY"]
             grid = (-(-problem.N // bx), -(-problem.M // by), 1)
@@ -139,43 +226,68 @@ class GemmFamily:
         grid = (-(-problem.N // params["BN"]), -(-problem.M // params["BM"]), 1)
         return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
+    def scratch(self, template: str, params: Params, problem: GemmProblem) -> tuple[int, int] | None:
+        """(partial-sum floats, counters) for templates that take scratch buffers; None for those that don't."""
+        template = self.resolve(template, params)
+        return MODULES[template].scratch(params, problem) if template in MODULES else None
+
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
     def make_inputs(self, problem: GemmProblem, seed: int) -> tuple[Any, Any]:
+        """A and B as stored: A is M x K (K x M for a "T" layout), B is K x N (N x K)."""
         import cupy as cp
 
         rng = cp.random.default_rng(seed)
-        dt = cp.dtype(problem.dtype)
-        a = rng.standard_normal((problem.M, problem.K), dtype=cp.float32).astype(dt, copy=False)
-        b = rng.standard_normal((problem.K, problem.N), dtype=cp.float32).astype(dt, copy=False)
+        dt = cp.dtype(problem.storage)
+        a_shape = (problem.K, problem.M) if problem.layout[0] == "T" else (problem.M, problem.K)
+        b_shape = (problem.N, problem.K) if problem.layout[1] == "T" else (problem.K, problem.N)
+        a = rng.standard_normal(a_shape, dtype=cp.float32).astype(dt, copy=False)
+        b = rng.standard_normal(b_shape, dtype=cp.float32).astype(dt, copy=False)
         return a, b
+
+    def operands(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[Any, Any]:
+        """op(A) (M x K) and op(B) (K x N) as views of the stored inputs."""
+        a, b = inputs
+        return (a.T if problem.layout[0] == "T" else a), (b.T if problem.layout[1] == "T" else b)
 
     def reference(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> Any:
         import cupy as cp
 
-        a, b = inputs
+        a, b = self.operands(problem, inputs)
         return cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
 
     def new_output(self, problem: GemmProblem) -> Any:
         import cupy as cp
 
-        return cp.empty((problem.M, problem.N), dtype=problem.dtype)
+        return cp.empty((problem.M, problem.N), dtype=problem.storage)
+
+    def new_scratch(self, template: str, params: Params, problem: GemmProblem) -> tuple[Any, ...]:
+        """Zeroed scratch buffers for templates that take them (split-K partials and tile counters)."""
+        import cupy as cp
+
+        need = self.scratch(template, params, problem)
+        if need is None:
+            return ()
+        floats, counters = need
+        return cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
 
     def kernel_args(
-        self, problem: GemmProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0
-    ) -> tuple[Any, ...]:
+        self, problem: GemmProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0,
+        scratch: tuple[Any, ...] = (),
+    ) -> tuple[Any, ...]:  # fmt: skip
         import numpy as np
 
         a, b = inputs
         m, n, k = np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)
-        return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta))
+        return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta), *scratch)
 
     def vendor(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]]:
         import cupy as cp
 
-        a, b = inputs
-        out = cp.empty((problem.M, problem.N), dtype=problem.dtype)
-        return "cuBLAS", lambda: cp.matmul(a, b, out=out)
+        a, b = self.operands(problem, inputs)
+        out = cp.empty((problem.M, problem.N), dtype=problem.storage)
+        name = "cuBLAS fp32" if problem.dtype == "tfloat32" else "cuBLAS"
+        return name, lambda: cp.matmul(a, b, out=out)
 
 
 GEMM = GemmFamily()
