@@ -255,7 +255,7 @@ def measure(
         cp.cuda.Device().synchronize()
     except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
         return _result(c, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
-    verdict = verify.compare(out, fixture.reference, settings.tolerance)
+    verdict = verify.compare(family.decode(problem, out), fixture.reference, settings.tolerance)
     shared = launch.shared_bytes + (c.compiled.static_smem or 0)
     if not verdict.ok:
         return _result(c, Status.VERIFY_FAILED, verdict.reason, error=verdict.error, shared_bytes=shared)

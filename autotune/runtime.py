@@ -97,32 +97,40 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
     return True
 
 
+def _fits(kernel: str, key: str, entry: dict[str, Any], problem: Any) -> bool:
+    reason = FAMILIES[kernel].check_problem(entry["template"], entry["params"], problem)
+    if reason:
+        log.debug("skip %s for %s: %s", key, problem.label, reason)
+    return reason is None
+
+
 def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, layout: str) -> Choice | None:
-    """Exact entry, else the nearest usable shape of the same dtype and layout, in one tuned file."""
+    """Exact entry, else the nearest usable shape of the same dtype and layout whose config fits this shape."""
     family = FAMILIES[kernel]
     exact = f"{problem.dtype}/{layout}/{problem.label}"
     entries = doc.get("entries", {})
-    if exact in entries and _usable(kernel, exact, entries[exact], gpu_key):
+    if exact in entries and _usable(kernel, exact, entries[exact], gpu_key) and _fits(kernel, exact, entries[exact],
+                                                                                      problem):  # fmt: skip
         e = entries[exact]
         return Choice(e["template"], dict(e["params"]), "exact", f"{gpu_key} {exact}", e)
     dims = (problem.M, problem.N, problem.K)
-    best: tuple[float, str] | None = None
+    near: list[tuple[float, str]] = []
     for key, e in entries.items():
         dtype, lay, label = key.split("/")
         if dtype != problem.dtype or lay != layout or not _usable(kernel, key, e, gpu_key):
             continue
-        other = family.problem(label, dtype)
-        d = _distance(dims, (other.M, other.N, other.K))
-        if best is None or d < best[0]:
-            best = (d, key)
-    if best is None:
-        return None
-    e = entries[best[1]]
-    return Choice(e["template"], dict(e["params"]), "nearest", f"{gpu_key} {best[1]}", e)
+        other = family.problem(label, dtype, lay)
+        near.append((_distance(dims, (other.M, other.N, other.K)), key))
+    for _, key in sorted(near):
+        if _fits(kernel, key, entries[key], problem):
+            e = entries[key]
+            return Choice(e["template"], dict(e["params"]), "nearest", f"{gpu_key} {key}", e)
+    return None
 
 
-def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str = "NN") -> Choice:
+def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str | None = None) -> Choice:
     """Walk the lookup chain for ``problem`` on the GPU ``gpu_key`` (of architecture ``arch``)."""
+    layout = layout or getattr(problem, "layout", "NN")
     own = tuned_file(tuned_dir, gpu_key, kernel)
     if own.exists():
         found = _search_doc(kernel, read(own), gpu_key, problem, layout)
@@ -137,7 +145,10 @@ def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, 
             choice = Choice(found.template, found.params, "same-arch", found.source, found.entry)
             log.debug("%s %s: same-arch config from %s", kernel, problem.label, choice.source)
             return choice
-    template, params = FAMILIES[kernel].default_config(problem.dtype)
+    try:
+        template, params = FAMILIES[kernel].default_config(problem.dtype, layout)
+    except ValueError as exc:
+        raise AutotuneError(f"{kernel} {problem.label}: {exc}") from None
     log.debug("%s %s: no tuned entry applies; default %s config", kernel, problem.label, template)
     return Choice(template, params, "default", "default")
 
@@ -194,11 +205,15 @@ def _write_atomic(path: Path, data: bytes) -> None:
 class Launcher:
     """A compiled tuned kernel for one (GPU, dtype, layout, shape); call it like the function it computes."""
 
-    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str) -> None:
+    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str,
+                 scratch: tuple[Any, ...] = ()) -> None:  # fmt: skip
         self.kernel, self.problem, self.choice = kernel, problem, choice
         self.kernel_name = kernel_name
         self._fn = fn
         self._grid, self._block, self._shared = launch.grid, launch.block, launch.shared_bytes
+        # Split-K partial sums and tile counters, owned by this launcher: launches on one stream are safe,
+        # concurrent launches of the same launcher on two streams are not.
+        self._scratch = scratch
         import numpy as np
 
         self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K))
@@ -215,8 +230,8 @@ class Launcher:
                 "entry": self.choice.entry}  # fmt: skip
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        """Launch on CuPy arrays of the launcher's shape (C-contiguous float32; not checked here)."""
-        self._fn(self._grid, self._block, (a, b, out, *self._dims, self._f32(alpha), self._f32(beta)),
+        """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here)."""
+        self._fn(self._grid, self._block, (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *self._scratch),
                  shared_mem=self._shared)  # fmt: skip
         return out
 
@@ -249,11 +264,12 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
     if kernel == "gemm":
         if set(shape) != {"M", "N", "K"}:
             raise AutotuneError(f"load('gemm', ...) needs M, N and K, got {', '.join(shape) or 'none'}")
-        problem = family.problem([shape["M"], shape["N"], shape["K"]], dtype)
+        try:
+            problem = family.problem([shape["M"], shape["N"], shape["K"]], dtype, layout)
+        except ValueError as exc:
+            raise AutotuneError(f"load('gemm', ...): {exc}") from None
     else:  # pragma: no cover - other families bring their own shapes
         problem = family.problem(shape, dtype)
-    if layout != "NN":
-        raise AutotuneError(f"layout {layout!r} is not tuned yet; pass row-major operands (layout 'NN')")
     tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
     device_id = cp.cuda.Device().id
     memo = (kernel, problem, layout, str(tdir), device_id)
@@ -271,81 +287,122 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
     from .evaluate import load_kernel
 
     fn = load_kernel(compiled, launch.shared_bytes)
-    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name)
+    scratch = family.new_scratch(choice.template, choice.params, problem)
+    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, scratch)
     with _launchers_lock:
         _launchers[memo] = launcher
     return launcher
 
 
-def _as_cupy(x: Any, name: str) -> tuple[Any, str]:
+_GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
+
+
+def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
+    """(CuPy view, where it came from, gemm dtype). bfloat16 torch tensors become uint16 views of their bits."""
     import cupy as cp
 
+    kind = "cupy" if isinstance(x, cp.ndarray) else type(x).__module__.split(".")[0]
+    if kind == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
+        import torch
+
+        return cp.from_dlpack(x.view(torch.int16)).view(cp.uint16), kind, "bfloat16"
     if isinstance(x, cp.ndarray):
-        return x, "cupy"
-    if hasattr(x, "__cuda_array_interface__"):
-        return cp.asarray(x), type(x).__module__.split(".")[0]
-    if hasattr(x, "__dlpack__"):
-        return cp.from_dlpack(x), type(x).__module__.split(".")[0]
-    raise TypeError(f"{name} must be a CuPy array or a GPU array with __cuda_array_interface__ or __dlpack__")
+        arr = x
+    elif hasattr(x, "__cuda_array_interface__"):
+        arr = cp.asarray(x)
+    elif hasattr(x, "__dlpack__"):
+        arr = cp.from_dlpack(x)
+    else:
+        raise TypeError(f"{name} must be a CuPy array or a GPU array with __cuda_array_interface__ or __dlpack__")
+    if arr.dtype.name not in _GEMM_DTYPES:
+        raise TypeError(f"{name} is {arr.dtype}; gemm takes float32, float16 or (torch) bfloat16")
+    return arr, kind, arr.dtype.name
 
 
-def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *,
+def _stored(x: Any, transposable: bool) -> tuple[Any, str]:
+    """The operand as the kernels read it: row-major ("N"), or its transpose row-major ("T", no copy).
+
+    The kernels load 16 bytes at a time from row starts: other views (strided, or starting off a 16-byte
+    boundary) are copied first.
+    """
+    if x.flags.c_contiguous and x.data.ptr % 16 == 0:
+        return x, "N"
+    if transposable and x.flags.f_contiguous and x.data.ptr % 16 == 0:
+        return x.T, "T"
+    return x.copy(order="C"), "N"
+
+
+def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, precision: str | None = None,
          tuned_dir: str | Path | None = None) -> Any:  # fmt: skip
-    """``out = alpha * a @ b + beta * out`` with the tuned kernel for this GPU and shape.
+    """``out = alpha * a @ b + beta * out`` with the tuned kernel for this GPU, dtype, layout and shape.
 
     Takes CuPy arrays, or any GPU array with ``__cuda_array_interface__`` or ``__dlpack__`` (PyTorch
-    tensors); returns the same kind as ``a``. Operands that are not C-contiguous are copied first.
+    tensors, bfloat16 included); returns the same kind as ``a``. float32, float16 and bfloat16 operands
+    compute in that type with fp32 accumulation; ``precision="tf32"`` runs float32 operands on tensor cores
+    with tf32 inputs (faster, lower precision). Transposed views (``x.T`` of a row-major array) are read in
+    place by the 16-bit and tf32 kernels; other non-contiguous operands are copied first.
     """
     import cupy as cp
 
-    a_cp, kind = _as_cupy(a, "a")
-    b_cp, _ = _as_cupy(b, "b")
+    a_cp, kind, adt = _as_cupy(a, "a")
+    b_cp, _, bdt = _as_cupy(b, "b")
     if a_cp.ndim != 2 or b_cp.ndim != 2 or a_cp.shape[1] != b_cp.shape[0]:
         raise ValueError(f"gemm needs a[M, K] and b[K, N]; got {a_cp.shape} and {b_cp.shape}")
-    if a_cp.dtype != cp.float32 or b_cp.dtype != cp.float32:
-        raise TypeError(f"gemm is tuned for float32 operands; got {a_cp.dtype} and {b_cp.dtype}")
+    if adt != bdt:
+        raise TypeError(f"a and b must have the same dtype; got {adt} and {bdt}")
+    dtype = adt
+    if precision == "tf32":
+        if dtype != "float32":
+            raise ValueError(f"precision='tf32' applies to float32 operands, not {dtype}")
+        dtype = "tfloat32"
+    elif precision is not None:
+        raise ValueError(f"precision must be None or 'tf32', got {precision!r}")
     m, k = a_cp.shape
     n = b_cp.shape[1]
+    storage = a_cp.dtype
     if out is None:
         if beta != 0:
             raise ValueError("beta != 0 needs an out array to accumulate into")
-        out_cp = cp.empty((m, n), dtype=cp.float32)
+        out_cp = cp.empty((m, n), dtype=storage)
     else:
-        out_cp, _ = _as_cupy(out, "out")
-        if out_cp.shape != (m, n) or out_cp.dtype != cp.float32 or not out_cp.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous float32 array of shape {(m, n)}")
-    # The kernels load and store 16 bytes at a time from row starts: views that begin off a 16-byte
-    # boundary (or are not C-contiguous) are copied first, and such an out is written through a copy.
-    if not a_cp.flags.c_contiguous or a_cp.data.ptr % 16:
-        a_cp = a_cp.copy()
-    if not b_cp.flags.c_contiguous or b_cp.data.ptr % 16:
-        b_cp = b_cp.copy()
+        out_cp, _, odt = _as_cupy(out, "out")
+        if out_cp.shape != (m, n) or odt != adt or not out_cp.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {adt} array of shape {(m, n)}")
+    transposable = dtype != "float32"  # the fp32 SIMT kernels read row-major operands only
+    a_cp, la = _stored(a_cp, transposable)
+    b_cp, lb = _stored(b_cp, transposable)
+    layout = la + lb
     target = None
     if out_cp.data.ptr % 16:
         target, out_cp = out_cp, out_cp.copy()
     if m == 0 or n == 0:
-        return out if out is not None else _like(out_cp, kind)
+        return out if out is not None else _like(out_cp, kind, dtype)
     if k == 0:  # an empty sum: only the beta term is left
         if beta == 0:
             out_cp.fill(0)
+        elif dtype == "bfloat16":
+            from .kernels.gemm import bf16_bits, decode
+
+            out_cp[...] = bf16_bits(decode(out_cp, dtype) * beta)
         else:
             out_cp *= beta
     else:
-        fast = (m, n, k, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())
+        fast = (m, n, k, dtype, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())
         launcher = _by_call.get(fast)
         if launcher is None:
-            launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, tuned_dir=tuned_dir)
+            launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
         launcher(a_cp, b_cp, out_cp, alpha, beta)
     if target is not None:
         target[...] = out_cp
     if out is not None:
         return out
-    return _like(out_cp, kind)
+    return _like(out_cp, kind, dtype)
 
 
-def _like(x: Any, kind: str) -> Any:
+def _like(x: Any, kind: str, dtype: str = "float32") -> Any:
     if kind == "torch":
         import torch
 
-        return torch.from_dlpack(x)
+        t = torch.from_dlpack(x)
+        return t.view(torch.bfloat16) if dtype == "bfloat16" else t
     return x

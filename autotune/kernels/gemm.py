@@ -54,8 +54,23 @@ class GemmProblem:
 
     @property
     def storage(self) -> str:
-        """The array dtype of A, B and C."""
-        return "float32" if self.dtype == "tfloat32" else self.dtype
+        """The array dtype of A, B and C (bfloat16 travels as its 16 bits: CuPy has no bfloat16 type)."""
+        return {"tfloat32": "float32", "bfloat16": "uint16"}.get(self.dtype, self.dtype)
+
+
+def bf16_bits(x: Any) -> Any:
+    """float32 CuPy array -> bfloat16 bits (uint16), rounded to nearest even."""
+    import cupy as cp
+
+    u = x.astype(cp.float32).view(cp.uint32)
+    return ((u + cp.uint32(0x7FFF) + ((u >> 16) & cp.uint32(1))) >> 16).astype(cp.uint16)
+
+
+def decode(x: Any, dtype: str) -> Any:
+    """A GEMM array as numbers: bfloat16 bits widened to float32, anything else unchanged."""
+    import cupy as cp
+
+    return (x.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else x
 
 
 def variant(dtype: str, layout: str) -> dict[str, Any]:
@@ -238,12 +253,14 @@ class GemmFamily:
         import cupy as cp
 
         rng = cp.random.default_rng(seed)
-        dt = cp.dtype(problem.storage)
         a_shape = (problem.K, problem.M) if problem.layout[0] == "T" else (problem.M, problem.K)
         b_shape = (problem.N, problem.K) if problem.layout[1] == "T" else (problem.K, problem.N)
-        a = rng.standard_normal(a_shape, dtype=cp.float32).astype(dt, copy=False)
-        b = rng.standard_normal(b_shape, dtype=cp.float32).astype(dt, copy=False)
-        return a, b
+        a = rng.standard_normal(a_shape, dtype=cp.float32)
+        b = rng.standard_normal(b_shape, dtype=cp.float32)
+        if problem.dtype == "bfloat16":
+            return bf16_bits(a), bf16_bits(b)
+        dt = cp.dtype(problem.storage)
+        return a.astype(dt, copy=False), b.astype(dt, copy=False)
 
     def operands(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[Any, Any]:
         """op(A) (M x K) and op(B) (K x N) as views of the stored inputs."""
@@ -254,7 +271,11 @@ class GemmFamily:
         import cupy as cp
 
         a, b = self.operands(problem, inputs)
-        return cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
+        return cp.matmul(decode(a, problem.dtype).astype(cp.float64), decode(b, problem.dtype).astype(cp.float64))
+
+    def decode(self, problem: GemmProblem, out: Any) -> Any:
+        """The output as numbers (for verification)."""
+        return decode(out, problem.dtype)
 
     def new_output(self, problem: GemmProblem) -> Any:
         import cupy as cp
@@ -281,10 +302,20 @@ class GemmFamily:
         m, n, k = np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)
         return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta), *scratch)
 
-    def vendor(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]]:
+    def vendor(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]] | None:
+        """cuBLAS on the same operands: through CuPy, or through torch for bfloat16 (None without torch)."""
         import cupy as cp
 
         a, b = self.operands(problem, inputs)
+        if problem.dtype == "bfloat16":
+            try:
+                import torch
+            except ImportError:
+                return None
+            ta, tb = (torch.from_dlpack(x).view(torch.bfloat16) for x in inputs)
+            ta, tb = (ta.t() if problem.layout[0] == "T" else ta), (tb.t() if problem.layout[1] == "T" else tb)
+            tout = torch.empty((problem.M, problem.N), dtype=torch.bfloat16, device=ta.device)
+            return "cuBLAS (torch)", lambda: torch.matmul(ta, tb, out=tout)
         out = cp.empty((problem.M, problem.N), dtype=problem.storage)
         name = "cuBLAS fp32" if problem.dtype == "tfloat32" else "cuBLAS"
         return name, lambda: cp.matmul(a, b, out=out)

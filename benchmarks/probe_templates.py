@@ -1,0 +1,78 @@
+"""Quick look before tuning: a few hand-picked configurations per template, verified and timed against
+the vendor library in this process. Prints one row per (config, shape); never stops at a failure.
+
+    python3 benchmarks/probe_templates.py [--template wmma] [--dtype float16] [--shapes 4096x4096x4096 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autotune.bench import L2Flusher, TimingPlan
+from autotune.device import current_gpu
+from autotune.evaluate import Candidate, Settings, evaluate, time_vendor
+from autotune.kernels import FAMILIES
+from autotune.space import Config
+from autotune.verify import tolerance_for
+
+GEMM = FAMILIES["gemm"]
+W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)
+CONFIGS = {
+    "wmma": [
+        W,
+        dict(W, WARPS_N=4, RASTER=8),
+        dict(W, WARPS_M=4, RASTER=8),
+        dict(W, WARPS_N=4, STAGES=4, RASTER=8),
+        dict(W, WARPS_N=4, BK=64, STAGES=3, RASTER=8, PAD=0),
+        dict(W, WARPS_M=4, WARPS_N=2, FRAGS_M=2, FRAGS_N=4, RASTER=8),
+        dict(W, FRAGS_N=8, FRAGS_M=2, WARPS_N=2, RASTER=8),
+        dict(W, WARPS_N=4, PAD=16, RASTER=8),
+    ],
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--template", default="wmma", choices=sorted(CONFIGS))
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--layout", default="NN")
+    ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"])
+    ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = ap.parse_args()
+    gpu = current_gpu()
+    settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
+                        timing=TimingPlan(target_ms=100.0, max_repeats=30))  # fmt: skip
+    flush = L2Flusher()
+    rows = []
+    for shape in args.shapes:
+        problem = GEMM.problem(shape, args.dtype, args.layout)
+        vendor = time_vendor("gemm", problem, flush, settings.timing)
+        vname, vt = vendor if vendor else ("-", None)
+        for params in CONFIGS[args.template]:
+            try:
+                r = evaluate(Candidate("gemm", args.template, problem, Config.of(params)), settings)
+            except Exception as exc:  # a probe reports everything and goes on
+                print(f"{shape} {params}: ERROR {type(exc).__name__}: {exc}", flush=True)
+                continue
+            ratio = vt.median_ms / r.median_ms if vt and r.ok else None
+            row = {"shape": shape, "dtype": args.dtype, "layout": args.layout, "kernel": r.kernel_name,
+                   "status": str(r.status), "reason": r.reason, "ms": r.median_ms if r.ok else None,
+                   "tflops": r.tflops, "error": r.error, "registers": r.registers, "vendor": vname,
+                   "vendor_ms": vt.median_ms if vt else None, "x_vendor": ratio}  # fmt: skip
+            rows.append(row)
+            tf = f"{r.tflops:7.1f}" if r.tflops else "      -"
+            x = f"{ratio:5.2f}" if ratio else "    -"
+            print(f"{shape:>16} {r.status!s:>14} {tf} TF/s x{x} regs {r.registers} err {r.error}  {r.kernel_name}"
+                  f"  {r.reason or ''}", flush=True)  # fmt: skip
+        if vt:
+            print(f"{shape:>16} {vname}: {vt.median_ms:.4f} ms = {problem.flops / vt.median_ms / 1e9:.1f} TF/s")
+    if args.out:
+        args.out.write_text(json.dumps({"gpu": gpu.name, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
