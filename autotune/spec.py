@@ -265,9 +265,12 @@ def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
     if missing:
         raise fail("params", f"missing {', '.join(missing)}; the template needs every one of {', '.join(expected)}")
     params = tuple(_parse_param(str(n), v, fail) for n, v in params_raw.items())
-    for p in params:
+    for i, p in enumerate(params):
         if p.when is not None and p.name not in optional:
             raise fail(f"params.{p.name}.when", "this template needs the parameter in every configuration")
+        later = sorted(p.when.names & {q.name for q in params[i:]}) if p.when is not None else []
+        if later:
+            raise fail(f"params.{p.name}.when", f"reads {later[0]}, which must be declared before {p.name}")
         _check_kind(p, info.kind(p.name), fail)
     size = math.prod(len(p.values) for p in params)
     if size > MAX_SPACE:

@@ -73,10 +73,18 @@ def decode(x: Any, dtype: str) -> Any:
     return (x.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else x
 
 
-def variant(dtype: str, layout: str) -> dict[str, Any]:
-    """What a template's source depends on besides its parameters: element type and operand layout."""
-    return {"DTYPE": dtype, "T": CTYPE[dtype], "ES": ITEMSIZE[dtype], "LAYOUT": layout,
-            "TRANS_A": layout[0] == "T", "TRANS_B": layout[1] == "T"}  # fmt: skip
+def variant(dtype: str, layout: str, align_a: bool = True, align_b: bool = True) -> dict[str, Any]:
+    """What a template's source depends on besides its parameters: element type, operand layout, and
+    whether each operand's leading dimension is a whole number of 16-byte vectors (never the shape)."""
+    return {"DTYPE": dtype, "T": CTYPE[dtype], "ES": ITEMSIZE[dtype], "LAYOUT": layout, "TRANS_A": layout[0] == "T",
+            "TRANS_B": layout[1] == "T", "ALIGN_A": align_a, "ALIGN_B": align_b}  # fmt: skip
+
+
+def problem_variant(p: GemmProblem) -> dict[str, Any]:
+    per_vector = 16 // ITEMSIZE[p.dtype]
+    lda = p.M if p.layout[0] == "T" else p.K
+    ldb = p.K if p.layout[1] == "T" else p.N
+    return variant(p.dtype, p.layout, lda % per_vector == 0, ldb % per_vector == 0)
 
 
 SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF")
@@ -143,7 +151,7 @@ class GemmFamily:
         template = self.resolve(template, params)
         p = params
         if template in MODULES:
-            v = variant(problem.dtype, problem.layout) if problem else variant(MODULES[template].DTYPES[0], "NN")
+            v = problem_variant(problem) if problem else variant(MODULES[template].DTYPES[0], "NN")
             return MODULES[template].derived(params, v)
         if template == "naive":
             return {"THREADS": p["BX"] * p["BY"]}
@@ -156,7 +164,7 @@ class GemmFamily:
 
     def context(self, template: str, params: Params, problem: GemmProblem) -> dict[str, Any]:
         """Everything a template renders from besides the parameters: derived values and the variant."""
-        return {**self.derived(template, params, problem), **variant(problem.dtype, problem.layout)}
+        return {**self.derived(template, params, problem), **problem_variant(problem)}
 
     def check(self, template: str, params: Params) -> str | None:
         """Why this configuration cannot be built, or None. Mirrors the templates' static_asserts."""
@@ -211,7 +219,11 @@ class GemmFamily:
         template = self.resolve(template, params)
         order = self.templates[template].params
         parts = [f"{k.lower()}{int(params[k]) if isinstance(params[k], bool) else params[k]}" for k in order]
-        tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None and template in MODULES else []
+        tag = []
+        if problem is not None and template in MODULES:
+            v = problem_variant(problem)
+            unaligned = "".join(x for x, ok in (("a", v["ALIGN_A"]), ("b", v["ALIGN_B"])) if not ok)
+            tag = [SHORT[problem.dtype], problem.layout.lower(), *([f"u{unaligned}"] if unaligned else [])]
         return "_".join([self.name, template, *tag, *parts])
 
     def check_problem(self, template: str, params: Params, problem: GemmProblem) -> str | None:
