@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shape", action="append", metavar="MxNxK", help="tune only this shape (repeatable)")
     run.add_argument("--trials", type=int, metavar="N", help="evaluated candidates per shape (overrides budget.trials)")
     run.add_argument("--minutes", type=float, metavar="M", help="wall time per shape (overrides budget.minutes)")
-    run.add_argument("--sampler", choices=("tpe", "random", "gp", "cmaes", "brute"), help="override the spec's sampler")
+    run.add_argument(
+        "--sampler", choices=("tpe", "random", "gp", "cmaes", "brute", "nsga2"), help="override the spec's sampler"
+    )
+    run.add_argument(
+        "--energy", action="store_true",
+        help="also measure J per launch (NVML, ~1-2 s per candidate) when the objective is time only",
+    )  # fmt: skip
     run.add_argument(
         "--storage", metavar="URL",
         help="Optuna storage: a journal file path or any storage URL (default runs/<spec>/<gpu-key>.journal)",
@@ -221,6 +227,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.sampler:
         from dataclasses import replace
 
+        from .spec import sampler_problem
+
+        problem = sampler_problem(spec.objective, args.sampler)
+        if problem:
+            raise AutotuneError(f"--sampler {problem}")
         spec = replace(spec, sampler=args.sampler)
     if args.compile_only:
         return compile_only(spec, args)
@@ -317,8 +328,10 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
         arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
         registers_per_block=gpu.registers_per_block, registers_per_sm=gpu.registers_per_sm,
         shared_per_sm=gpu.shared_per_sm, threads_per_sm=gpu.threads_per_sm, timing=SEARCH_PLAN, seed=spec.seed,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, energy=spec.measures_energy or args.energy,
     )  # fmt: skip
+    if settings.energy:
+        _check_energy(spec)
     trials = args.trials if args.trials is not None else spec.budget.trials
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes
     print(f"{gpu.name} ({gpu.key}); studies in {storage_url}", file=sys.stderr)
@@ -339,12 +352,46 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
             if outcome.best is not None:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
-                result = merge(out_path, header, key, entry, force=args.force)
+                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec))
                 stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))
     print(f"\nresults: {out_path}")
     return 0 if all(o.best is not None for o in outcomes) else 1
+
+
+def _check_energy(spec: Any) -> None:
+    """Energy needs NVML: stop before tuning when the objective needs it, else say it will not be measured."""
+    from .energy import EnergyMeter
+
+    meter = EnergyMeter()
+    if meter.available:
+        print(f"energy per launch: {meter.method} (NVML, read only)", file=sys.stderr)
+    elif spec.measures_energy:
+        objective = "[" + ", ".join(spec.objectives) + "]" if len(spec.objectives) > 1 else spec.objectives[0]
+        raise AutotuneError(f"objective {objective} needs energy readings, but {meter.reason}")
+    else:
+        print(f"autotune: energy will not be measured: {meter.reason}", file=sys.stderr)
+    meter.close()
+
+
+def _pareto(o: Any, spec: Any) -> list[dict[str, Any]] | None:
+    """The time-energy front of a shape as stored beside its fastest entry (None when energy was not tuned)."""
+    from .kernels import FAMILIES
+
+    if not o.pareto:
+        return None
+    family = FAMILIES[spec.kernel]
+    return [
+        {
+            "template": family.resolve(spec.template, r.config.as_dict()),
+            "params": {k: v for k, v in r.config.as_dict().items() if k != "TEMPLATE"},
+            "kernel_name": r.kernel_name, "median_ms": r.median_ms,
+            "energy_j": r.energy_j, "gflops_per_j": r.gflops_per_j, "tflops": r.tflops,
+            "energy_method": r.energy_method, "verified": True, "error": r.error,
+        }
+        for r in o.pareto
+    ]  # fmt: skip
 
 
 def _counts(statuses: dict[str, int]) -> str:
@@ -379,6 +426,10 @@ def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[s
         "tflops": b.tflops,
         "gbps": b.gbps,
         "registers": b.registers,
+        "energy_j": b.energy_j,
+        "gflops_per_j": b.gflops_per_j,
+        "energy_method": b.energy_method,
+        "objective": list(spec.objectives),
         "vendor": o.vendor_name,
         "vendor_median_ms": o.vendor.median_ms if o.vendor else None,
         "vendor_ratio": o.vendor_ratio,

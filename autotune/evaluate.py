@@ -16,6 +16,7 @@ from typing import Any
 from . import verify
 from .bench import L2Flusher, Timing, TimingPlan, time_launches
 from .compiler import CompileResult, compile_source
+from .energy import EnergyPlan, default_meter
 from .kernels import FAMILIES
 from .space import Config
 from .templates import render
@@ -52,6 +53,8 @@ class Settings:
     seed: int = 0
     abort_above_ms: float | None = None  # stop timing a candidate whose first launches are slower than this
     timeout_s: float = 30.0  # per candidate on the GPU, and per compile
+    energy: bool = False  # also measure J per launch (NVML) for verified, fully timed candidates
+    energy_plan: EnergyPlan = field(default_factory=EnergyPlan)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class TrialResult:
     source_hash: str = ""
     template_hash: str = ""
     occupancy: float | None = None
+    energy_j: float | None = None  # per launch, hot L2; None: not measured (see energy_note)
+    gflops_per_j: float | None = None
+    energy_method: str | None = None  # "nvml-counter" or "nvml-power-sampling"
+    energy_note: str | None = None  # why energy was asked for but not measured
 
     @property
     def ok(self) -> bool:
@@ -266,6 +273,7 @@ def measure(
         status = Status.PRUNED
         line = settings.abort_above_ms
         reason = f"{timing.median_ms:.3g} ms in {timing.repeats} launches, above the abort line of {line:.3g} ms"
+    energy = measure_energy(run, timing.median_ms, problem.flops, settings) if status is Status.COMPLETE else {}
     return _result(
         c,
         status,
@@ -275,7 +283,22 @@ def measure(
         tflops=problem.flops / seconds / 1e12,
         gbps=problem.bytes / seconds / 1e9,
         shared_bytes=shared,
+        **energy,
     )
+
+
+def measure_energy(run: Any, median_ms: float, flops: float, settings: Settings) -> dict[str, Any]:
+    """TrialResult's energy fields for a verified, timed candidate when ``settings.energy`` asks for them.
+
+    Runs after timing, as a batch of back-to-back launches with a hot L2 (see autotune.energy).
+    """
+    if not settings.energy:
+        return {}
+    meter = default_meter()
+    e = meter.measure(run, median_ms, settings.energy_plan)
+    if e is None:
+        return {"energy_note": meter.reason}
+    return {"energy_j": e.joules_per_launch, "gflops_per_j": e.gflops_per_joule(flops), "energy_method": e.method}
 
 
 def evaluate(candidate: Candidate, settings: Settings, flush: L2Flusher | None = None) -> TrialResult:

@@ -57,14 +57,16 @@ _STUDY_NAME = re.compile(
 _GEMM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 _RESULT_KEYS = (
     "reason", "kernel_name", "config_key", "median_ms", "min_ms", "max_ms", "iqr_ms", "repeats", "tflops", "gbps",
-    "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "source_hash",
+    "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "source_hash", "gflops_per_j",
+    "energy_method",
 )  # fmt: skip
 _HEAD = ("run", "gpu", "study", "kernel", "template", "dtype", "shape", "M", "N", "K", "template_hash", "trial")
 _TAIL = (
     "state", "status", "reason", "kernel_name", "config_key", "median_ms", "min_ms", "max_ms", "iqr_ms", "spread",
     "repeats", "tflops", "gbps", "intensity", "roofline_fraction", "best_ms_so_far", "best_tflops_so_far", "vendor",
     "vendor_median_ms", "vendor_ratio", "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy",
-    "source_hash", "datetime_start", "datetime_complete", "duration_s", "elapsed_s", "energy_j", "owner", "source",
+    "source_hash", "datetime_start", "datetime_complete", "duration_s", "elapsed_s", "energy_j", "gflops_per_j",
+    "energy_method", "owner", "source",
 )  # fmt: skip
 
 
@@ -95,10 +97,16 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
             "vendor": o.vendor_name or "-",
             "vendor TFLOP/s": _fmt(o.problem.flops / o.vendor.median_ms / 1e9 if o.vendor else None, ".1f"),
             "x vendor": _fmt(o.vendor_ratio, ".2f"),
+            "J/launch": _fmt(b.energy_j if b else None, ".4g"),
+            "GFLOP/J": _fmt(b.gflops_per_j if b else None, ".1f"),
+            "front": str(len(o.pareto)) if getattr(o, "pareto", ()) else "-",
             "trials": f"{o.evaluated} ({o.new} new)",
             "stored": stored.get(problem_name(o.problem), "-"),
         })  # fmt: skip
-    return pd.DataFrame(rows).to_string(index=False)
+    df = pd.DataFrame(rows)
+    if not any(o.best is not None and o.best.energy_j is not None for o in outcomes):
+        df = df.drop(columns=["J/launch", "GFLOP/J", "front"])
+    return df.to_string(index=False)
 
 
 def compile_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -309,13 +317,13 @@ def _trials_frame(studies: Sequence[_Study], ceilings: Mapping[str, float] | Non
                 datetime_start=t.datetime_start, datetime_complete=end,
                 duration_s=(end - t.datetime_start).total_seconds() if end and t.datetime_start else math.nan,
                 elapsed_s=(end - t0).total_seconds() if end and t0 else math.nan,
-                energy_j=math.nan, owner=t.user_attrs.get("owner"), source=st.source,
+                energy_j=_num(a.get("energy_j")), owner=t.user_attrs.get("owner"), source=st.source,
             )  # fmt: skip
             rows.append(row)
     columns = [*_HEAD, *(_param_column(p) for p in params), *_TAIL]
     df = pd.DataFrame(rows, columns=columns)
     numeric = ("M", "N", "K", "median_ms", "min_ms", "max_ms", "iqr_ms", "repeats", "tflops", "gbps", "error",
-               "compile_s", "registers", "shared_bytes", "spills", "occupancy", "energy_j")  # fmt: skip
+               "compile_s", "registers", "shared_bytes", "spills", "occupancy", "energy_j", "gflops_per_j")  # fmt: skip
     for c in numeric:
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     for c in ("datetime_start", "datetime_complete"):
@@ -354,7 +362,8 @@ def best_per_shape(df: Any) -> Any:
             "trial": b["trial"] if b is not None else None,
             **{c: b[c] if b is not None else math.nan for c in (
                 "median_ms", "min_ms", "max_ms", "iqr_ms", "spread", "tflops", "gbps", "intensity",
-                "roofline_fraction", "vendor_median_ms", "vendor_ratio", "registers")},
+                "roofline_fraction", "vendor_median_ms", "vendor_ratio", "registers", "energy_j", "gflops_per_j")},
+            "energy_method": b["energy_method"] if b is not None else None,
             "vendor": g["vendor"].dropna().iloc[0] if g["vendor"].notna().any() else None,
             "complete": len(done),
             "evaluated": int((g["status"] != "invalid").sum()),
@@ -429,6 +438,8 @@ def best(tuned_dir: str | Path, *, ceilings: Mapping[str, float] | None = None) 
                 "intensity": intensity,
                 "roofline_fraction": _num(e.get("tflops")) * 1e12 / roof if roof > 0 else math.nan,
                 "registers": _num(e.get("registers")), "error": _num(e.get("error")),
+                "energy_j": _num(e.get("energy_j")), "gflops_per_j": _num(e.get("gflops_per_j")),
+                "energy_method": e.get("energy_method"), "pareto_points": len(e.get("pareto") or []),
                 "tolerance": _num(e.get("tolerance")), "verified": e.get("verified"),
                 "vendor": e.get("vendor"), "vendor_median_ms": _num(e.get("vendor_median_ms")),
                 "vendor_ratio": _num(e.get("vendor_ratio")), "trials": e.get("trials"), "study": e.get("study"),
@@ -534,15 +545,19 @@ def _cell(v: Any, spec: str) -> str:
 _BEST_COLUMNS = {
     "run": ("run", ""), "shape": ("shape", ""), "template": ("template", ""), "kernel_name": ("best", ""),
     "trial": ("trial", ".0f"), "median_ms": ("ms", ".4f"), "spread": ("spread", "%.1"), "tflops": ("TFLOP/s", ".1f"),
-    "roofline_fraction": ("of roofline", "%"), "vendor_ratio": ("x cuBLAS", "x"), "complete": ("complete", "d"),
+    "roofline_fraction": ("of roofline", "%"), "vendor_ratio": ("x cuBLAS", "x"), "energy_j": ("J/launch", ".4g"),
+    "gflops_per_j": ("GFLOP/J", ".1f"), "energy_method": ("energy by", ""), "complete": ("complete", "d"),
     "evaluated": ("evaluated", "d"), "trials": ("trials", "d"),
 }  # fmt: skip
 _TUNED_COLUMNS = {
     "gpu": ("gpu", ""), "kernel": ("kernel", ""), "dtype": ("dtype", ""), "layout": ("layout", ""),
     "shape": ("shape", ""), "kernel_name": ("kernel name", ""), "median_ms": ("ms", ".4f"),
     "tflops": ("TFLOP/s", ".1f"), "roofline_fraction": ("of roofline", "%"), "vendor_median_ms": ("cuBLAS ms", ".4f"),
-    "vendor_ratio": ("x cuBLAS", "x"), "trials": ("trials", ""), "date": ("date", ""),
+    "vendor_ratio": ("x cuBLAS", "x"), "energy_j": ("J/launch", ".4g"), "gflops_per_j": ("GFLOP/J", ".1f"),
+    "energy_method": ("energy by", ""), "pareto_points": ("front", "d"), "trials": ("trials", ""),
+    "date": ("date", ""),
 }  # fmt: skip
+_ENERGY_COLUMNS = ("energy_j", "gflops_per_j", "energy_method", "pareto_points")
 _COMPARE_COLUMNS = {
     "gpu": ("gpu", ""), "kernel": ("kernel", ""), "dtype": ("dtype", ""), "layout": ("layout", ""),
     "shape": ("shape", ""), "gpu_a": ("A", ""), "gpu_b": ("B", ""), "kernel_name_a": ("A kernel", ""),
@@ -556,7 +571,14 @@ def _best_display(best_df: Any) -> Any:
     cols = dict(_BEST_COLUMNS)
     if best_df["run"].nunique() <= 1:
         del cols["run"]
-    return _display(best_df, cols)
+    return _display(best_df, _without_energy(best_df, cols))
+
+
+def _without_energy(df: Any, columns: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """The columns, less the energy ones when no row has an energy measurement."""
+    if "energy_j" in df.columns and df["energy_j"].notna().any():
+        return columns
+    return {k: v for k, v in columns.items() if k not in _ENERGY_COLUMNS}
 
 
 def _status_display(counts: Any) -> Any:
@@ -703,9 +725,11 @@ def param_importances(trials_of_study: Sequence[Any], direction: str = "minimize
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            study = optuna.create_study(direction=direction)
+            n = len(done[0].values)  # a time-energy study has two values: rank parameters for the time
+            study = optuna.create_study(directions=[direction] * n)
             study.add_trials(done)
-            importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+            target = (lambda t: t.values[0]) if n > 1 else None
+            importances = optuna.importance.get_param_importances(study, evaluator=evaluator, target=target)
     except Exception as exc:  # noqa: BLE001 - any failure of Optuna here costs one plot, not the report
         raise PlotSkipped(f"Optuna could not compute importances ({type(exc).__name__}: {exc})") from None
     finally:
@@ -819,6 +843,36 @@ def plot_roofline(df: Any, ceilings: Mapping[str, float]) -> Any:
     return fig
 
 
+def plot_energy(df: Any) -> Any:
+    """Median time vs J per launch of every complete, energy-measured trial per study; the front joined."""
+    from .energy import pareto_front
+
+    done = df[(df["status"] == "complete") & (df["energy_j"] > 0) & (df["median_ms"] > 0)]
+    if done.empty:
+        raise PlotSkipped("no complete trial has an energy measurement")
+    groups = [(t, g[g.index.isin(done.index)]) for t, g in _groups(df)]
+    groups = [(t, g) for t, g in groups if len(g)]
+    colors = _colors([t for t, _ in groups])
+    fig = _figure(12, 0.6 + 4.2 * math.ceil(len(groups) / 2))
+    axes = fig.subplots(math.ceil(len(groups) / 2), min(2, len(groups)), squeeze=False).ravel()
+    for ax, (title, g) in zip(axes, groups, strict=False):
+        rows = list(g[["median_ms", "energy_j", "kernel_name"]].itertuples(index=False))
+        front = pareto_front(rows, lambda r: r.median_ms, lambda r: r.energy_j)
+        ax.scatter(g["median_ms"], g["energy_j"], s=14, alpha=0.4, color=colors[title], label="complete trial")
+        ax.step([r.median_ms for r in front], [r.energy_j for r in front], where="post", color="black",
+                linewidth=1.2)  # fmt: skip
+        ax.scatter([r.median_ms for r in front], [r.energy_j for r in front], s=70, marker="D", color=colors[title],
+                   edgecolor="black", label=f"Pareto front ({len(front)})", zorder=3)  # fmt: skip
+        ax.set_xlabel("median time per launch (ms)")
+        ax.set_ylabel("energy per launch (J)")
+        ax.set_title(f"{title}: time vs energy", fontsize="medium")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    return fig
+
+
 def plot_speedup(tuned: Any) -> Any:
     rows = tuned[tuned["vendor_ratio"] > 0]
     if rows.empty:
@@ -912,6 +966,11 @@ def write_report(
         what = f"Roofline, {run}" if df["run"].nunique() > 1 else "Roofline"
         blocks.append(("p", f"Ceilings: {limits['flops'] / 1e12:.1f} TFLOP/s, {limits['bandwidth'] / 1e12:.1f} TB/s."))
         plot(what, lambda g=g, limits=limits: plot_roofline(g, limits))
+    if df["energy_j"].notna().any():
+        blocks.append(("h2", "Time vs energy"))
+        about = "J per launch from NVML's energy counter around a batch of back-to-back launches (hot L2); "
+        blocks.append(("p", about + "the Pareto front joins the trials no other beats on both time and energy."))
+        plot("Time vs energy per launch, Pareto front", lambda: plot_energy(df))
     blocks.append(("h2", "Speedup vs cuBLAS"))
     if tuned is None:
         note = "Speedup vs cuBLAS: not drawn: no tuned directory given (--tuned-dir)"
@@ -920,7 +979,7 @@ def write_report(
     else:
         plot("Speedup vs cuBLAS per shape", lambda: plot_speedup(tuned))
         blocks.append(("h2", "Stored winners (tuned/)"))
-        blocks.append(("table", _display(tuned, _TUNED_COLUMNS)))
+        blocks.append(("table", _display(tuned, _without_energy(tuned, _TUNED_COLUMNS))))
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -928,8 +987,9 @@ def write_report(
     meta = (
         f"Source: {source}. {len(df)} trials (duplicates not counted) in {df['study'].nunique()} studies. "
         f"Tuned results: {tuned_dir or 'none'}. Made {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}. "
-        "Energy is not measured yet (energy_j is empty)."
     )
+    measured = df["energy_j"].notna().any()
+    meta += "Energy: J per launch from NVML (energy_j)." if measured else "Energy: not measured (energy_j is empty)."
     files = {
         "trials.csv": df.to_csv(index=False),
         "best.csv": rep.best.to_csv(index=False),

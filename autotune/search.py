@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import random
 import socket
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 from .bench import Timing, TimingPlan
 from .compile_pool import CompilePool
+from .energy import pareto_front
 from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
 from .space import Config
@@ -37,6 +39,7 @@ FINAL_PLAN = TimingPlan(warmup=3, min_repeats=10, max_repeats=200, target_ms=400
 # The verification launch already loaded and ran the kernel, so the search needs no further warm-up.
 SEARCH_PLAN = TimingPlan(warmup=0, min_repeats=5, max_repeats=50, target_ms=40.0, probe=3)
 ABORT_RATIO = 2.0  # stop timing a candidate whose first launches take this many times the best so far
+NSGA_POPULATION = 16  # NSGA-II's generation size: small, since energy costs 1-2 s per candidate
 
 
 class Evaluator(Protocol):
@@ -58,6 +61,7 @@ class ShapeOutcome:
     new: int  # of those, evaluated in this run
     statuses: dict[str, int] = field(default_factory=dict)
     stopped: str = ""
+    pareto: tuple[TrialResult, ...] = ()  # time-energy front (re-measured), fastest first; energy runs only
 
     @property
     def vendor_ratio(self) -> float | None:
@@ -98,6 +102,8 @@ def make_sampler(name: str, seed: int) -> Any:
     if name == "cmaes":
         _need("cmaes", "cmaes")
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA_POPULATION)
     raise AutotuneError(f"unknown sampler {name!r}")
 
 
@@ -117,6 +123,8 @@ def study_name(spec: Spec, problem: Any) -> str:
     """
     space = repr([(p.name, p.values, p.when.text if p.when else None) for p in spec.space.params])
     space += repr([c.text for c in spec.space.constraints])
+    if spec.objectives != ("time",):  # another objective is another study (time-only names stay as they were)
+        space += repr(spec.objectives)
     digest = hashlib.sha256(space.encode()).hexdigest()[:6]
     template = template_hash(spec.kernel, spec.template)[:8]
     shape = problem.label if problem.layout == "NN" else f"{problem.label}.{problem.layout}"
@@ -142,6 +150,10 @@ def result_attrs(r: TrialResult) -> dict[str, Any]:
         "occupancy": r.occupancy,
         "source_hash": r.source_hash,
         "template_hash": r.template_hash,
+        "energy_j": r.energy_j,
+        "gflops_per_j": r.gflops_per_j,
+        "energy_method": r.energy_method,
+        "energy_note": r.energy_note,
     }
     if r.timing:
         result.update({k: getattr(r.timing, k) for k in _ATTRS})
@@ -155,16 +167,29 @@ def result_from_trial(t: Any, config: Config) -> TrialResult:
         Status(t.user_attrs["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
         a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
         a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""), a.get("occupancy"),
+        energy_j=a.get("energy_j"), gflops_per_j=a.get("gflops_per_j"), energy_method=a.get("energy_method"),
+        energy_note=a.get("energy_note"),
     )  # fmt: skip
 
 
-def _tell(study: Any, trial: Any, r: TrialResult, extra: dict[str, Any] | None = None) -> None:
+def objective_values(r: TrialResult, objectives: tuple[str, ...]) -> list[float] | None:
+    """What the study minimizes for a complete trial: ms and/or J per launch; None if energy is missing."""
+    values = [r.median_ms if o == "time" else r.energy_j for o in objectives]
+    return None if any(v is None for v in values) else values  # type: ignore[return-value]
+
+
+def _tell(
+    study: Any, trial: Any, r: TrialResult, extra: dict[str, Any] | None = None, objectives: tuple[str, ...] = ("time",)
+) -> None:
     from optuna.trial import TrialState
 
     for k, v in {**result_attrs(r), **(extra or {})}.items():
         trial.set_user_attr(k, v)
-    if r.status is Status.COMPLETE:
-        study.tell(trial, r.timing.median_ms)  # type: ignore[union-attr]
+    values = objective_values(r, objectives) if r.status is Status.COMPLETE else None
+    if values is not None:
+        study.tell(trial, values if len(values) > 1 else values[0])
+    elif r.status is Status.COMPLETE:  # verified and timed, but the energy the study needs was not measured
+        study.tell(trial, state=TrialState.FAIL)
     elif r.status in (Status.INVALID, Status.PRUNED):
         # Pruned (not failed) so that TPE counts the region as bad and steers away from it.
         study.tell(trial, state=TrialState.PRUNED)
@@ -254,8 +279,12 @@ def tune_shape(
     name = study_name(spec, problem)
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed),
-        direction="minimize", load_if_exists=True,
+        directions=["minimize"] * len(spec.objectives), load_if_exists=True,
     )  # fmt: skip
+    if spec.measures_energy:
+        settings = replace(settings, energy=True)
+    if spec.objectives != ("time",):
+        abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
     _fail_orphans(study)
     feasible = feasible_configs(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
@@ -311,7 +340,7 @@ def tune_shape(
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
-        _tell(study, trial, r)
+        _tell(study, trial, r, objectives=spec.objectives)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
     from optuna.trial import TrialState
@@ -321,11 +350,14 @@ def tune_shape(
         study.tell(trial, state=TrialState.FAIL)
 
     best = _final_best(spec, problem, settings, state, evaluator, compiler)
+    front = _final_front(spec, problem, settings, state, evaluator, compiler) if spec.measures_energy else ()
+    if spec.objectives == ("energy",) and front:
+        best = min(front, key=lambda r: r.energy_j)  # type: ignore[arg-type, return-value]
     if best is not None and vendor is not None:
         vendor = evaluator.vendor(spec.kernel, problem, FINAL_PLAN)  # same long plan as the re-timed winner
     return ShapeOutcome(
         problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
-        state.evaluated, state.new, dict(state.statuses), stopped,
+        state.evaluated, state.new, dict(state.statuses), stopped, front,
     )  # fmt: skip
 
 
@@ -380,7 +412,7 @@ def _ask_one(
         config = Config.of(values)
         if config.key in state.seen:
             prev_trial, prev = state.seen[config.key]
-            _tell(study, trial, prev, {"duplicate_of": prev_trial.number})
+            _tell(study, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
             state.stale += 1
             continue
         if config.key in inflight:  # already on its way: try again
@@ -392,7 +424,7 @@ def _ask_one(
         reason = spec.space.violated(values) or static_check(candidate, settings)
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
-            _tell(study, trial, r)
+            _tell(study, trial, r, objectives=spec.objectives)
             state.record(trial, r, new=True)
             state.stale += 1
             continue
@@ -416,3 +448,33 @@ def _final_best(
         else:
             log.warning("%s passed before but fails now: %s", before.kernel_name, again.reason)
     return min(rechecked, key=lambda r: r.median_ms, default=None)
+
+
+def _measured(r: TrialResult) -> bool:
+    return r.ok and r.energy_j is not None
+
+
+def _final_front(
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
+) -> tuple[TrialResult, ...]:
+    """The time-energy Pareto front of the verified, energy-measured trials, each re-measured (time with the
+    final plan, energy with a new batch); the front of the re-measured points, fastest first."""
+    front = pareto_front((r for _, r in state.seen.values() if _measured(r)), _ms, _joules)
+    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None, energy=True)
+    again = []
+    for before in front:
+        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        r = evaluator.measure(finish(c, compiler.result(compiler.submit(c)), longer), longer)
+        if _measured(r):
+            again.append(r)
+        else:
+            log.warning("%s was on the time-energy front but now: %s", before.kernel_name, r.reason or r.energy_note)
+    return tuple(pareto_front(again, _ms, _joules))
+
+
+def _ms(r: TrialResult) -> float:
+    return r.median_ms
+
+
+def _joules(r: TrialResult) -> float:
+    return r.energy_j if r.energy_j is not None else math.inf

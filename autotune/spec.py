@@ -19,8 +19,9 @@ from .expr import Expression
 from .kernels import FAMILIES
 from .space import Config, Param, Space, Value, check_names
 
-SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute")
-OBJECTIVES = ("time",)
+SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute", "nsga2")
+OBJECTIVES = ("time", "energy")
+MULTI_OBJECTIVE_SAMPLERS = ("nsga2", "tpe", "random", "brute")  # samplers that take [time, energy]
 TOP_KEYS = {
     "kernel", "template", "dtype", "layout", "shapes", "params", "constraints", "objective",
     "budget", "sampler", "seed", "verify", "start_from",
@@ -45,7 +46,7 @@ class Spec:
     dtype: str
     problems: tuple[Any, ...]
     space: Space
-    objective: str
+    objective: str | tuple[str, ...]  # "time", "energy" or ("time", "energy")
     budget: Budget
     sampler: str
     seed: int
@@ -57,6 +58,15 @@ class Spec:
     @property
     def name(self) -> str:
         return Path(self.path).stem
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        """The objective as a tuple: ("time",), ("energy",) or ("time", "energy"), each minimized."""
+        return (self.objective,) if isinstance(self.objective, str) else self.objective
+
+    @property
+    def measures_energy(self) -> bool:
+        return "energy" in self.objectives
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -120,13 +130,14 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
 
     space = _parse_space(raw, info, fail)
 
-    objective = raw.get("objective", "time")
-    if objective not in OBJECTIVES:
-        raise fail("objective", f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    objective = _parse_objective(raw.get("objective", "time"), fail)
     budget = _parse_budget(raw.get("budget"), fail)
-    sampler = raw.get("sampler", "tpe")
+    sampler = raw.get("sampler", "nsga2" if isinstance(objective, tuple) else "tpe")
     if sampler not in SAMPLERS:
         raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    problem = sampler_problem(objective, sampler)
+    if problem:
+        raise fail("sampler", problem)
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise fail("seed", f"expected an integer from 0 to 2**32 - 1, got {seed!r}")
@@ -156,6 +167,24 @@ def _names(raw: dict, key: str, allowed: tuple[str, ...], wrong: Any, fail: Any)
         if x not in allowed:
             raise fail(key, f"{wrong(x)}; expected one of {', '.join(allowed)}")
     return values
+
+
+def _parse_objective(v: Any, fail: Any) -> str | tuple[str, ...]:
+    if isinstance(v, list) and len(v) == 1:
+        v = v[0]
+    if isinstance(v, str) and v in OBJECTIVES:
+        return v
+    if isinstance(v, list) and sorted(map(str, v)) == ["energy", "time"]:
+        return ("time", "energy")  # always in this order: a study's values are [ms, J per launch]
+    raise fail("objective", f"expected time, energy or [time, energy], got {v!r}"[:120])
+
+
+def sampler_problem(objective: str | tuple[str, ...], sampler: str) -> str | None:
+    """Why ``sampler`` cannot search ``objective`` (None if it can)."""
+    if isinstance(objective, tuple) and sampler not in MULTI_OBJECTIVE_SAMPLERS:
+        allowed = ", ".join(MULTI_OBJECTIVE_SAMPLERS)
+        return f"{sampler!r} cannot search two objectives; with objective [time, energy] use one of {allowed}"
+    return None
 
 
 def _kind(v: Any) -> str:

@@ -1,7 +1,9 @@
 """tuned/<gpu-key>/<kernel>.json: the best verified configuration per (dtype, layout, shape).
 
 Files are merged, never blindly overwritten: an entry is replaced only by a faster verified one
-(or when forced), and every write goes to a temporary file that is renamed into place.
+(or when forced), and every write goes to a temporary file that is renamed into place. Runs that measured
+energy also keep a ``pareto`` list in the entry: the verified configurations no other one beats on both
+time and J per launch, merged with the front already stored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .energy import pareto_front
 from .errors import StoreError
 
 SCHEMA = 1
@@ -50,17 +53,37 @@ class MergeOutcome:
     why: str
 
 
-def merge(path: Path, header: dict[str, Any], key: str, entry: dict[str, Any], force: bool = False) -> MergeOutcome:
-    """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic."""
-    if entry.get("verified") is not True:
+def merge(
+    path: Path,
+    header: dict[str, Any],
+    key: str,
+    entry: dict[str, Any],
+    force: bool = False,
+    pareto: list[dict[str, Any]] | None = None,
+) -> MergeOutcome:
+    """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic.
+
+    ``pareto`` (time-energy front points: params, kernel_name, median_ms, energy_j, ..., verified) is merged
+    with the stored front of the key even when the entry itself is kept.
+    """
+    if entry.get("verified") is not True or any(p.get("verified") is not True for p in pareto or ()):
         raise ValueError("only verified results may be stored")  # a bug in the caller, not user input
     doc = read(path)
     old = doc["entries"].get(key)
     stale = old is not None and old.get("template_hash") != entry.get("template_hash")
     if old is not None and not force and not stale and old.get("median_ms", float("inf")) <= entry["median_ms"]:
-        return MergeOutcome(key, False, f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)")
+        why = f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)"
+        if pareto:
+            old["pareto"] = merge_front(old.get("pareto") or [], pareto)
+            doc.update(header)
+            write_atomic(path, doc)
+            why += f"; time-energy front now {len(old['pareto'])} points"
+        return MergeOutcome(key, False, why)
     doc.update(header)
     doc["schema"] = SCHEMA
+    if pareto or (old and old.get("pareto") and not force and not stale):
+        kept = [] if force or stale or old is None else old.get("pareto") or []
+        entry = {**entry, "pareto": merge_front(kept, pareto or [])}
     doc["entries"][key] = entry
     doc["entries"] = dict(sorted(doc["entries"].items()))
     write_atomic(path, doc)
@@ -73,6 +96,14 @@ def merge(path: Path, header: dict[str, Any], key: str, entry: dict[str, Any], f
     else:
         why = f"faster than the stored {old['median_ms']:.4g} ms"
     return MergeOutcome(key, True, why)
+
+
+def merge_front(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The time-energy front of two fronts' points, fastest first; a kernel in both keeps its new numbers."""
+    names = {p.get("kernel_name") for p in new}
+    points = [p for p in old if p.get("kernel_name") not in names] + list(new)
+    points = [p for p in points if p.get("energy_j") is not None and p.get("median_ms") is not None]
+    return pareto_front(points, lambda p: p["median_ms"], lambda p: p["energy_j"])
 
 
 def write_atomic(path: Path, doc: dict[str, Any]) -> None:

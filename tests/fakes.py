@@ -37,6 +37,11 @@ def fake_time(params: dict) -> float:
     return 1.0 + abs(params["BX"] - 32) / 32 + abs(params["BY"] - 8) / 8
 
 
+def fake_energy(params: dict) -> float:
+    """J per launch, lowest at BX=8, BY=2: the fastest configuration is not the most frugal one."""
+    return 1.0 + abs(params["BX"] - 8) / 8 + abs(params["BY"] - 2) / 2
+
+
 class FakeEvaluator:
     """Stands in for the GPU worker. Records every evaluation; optionally logs each config key first."""
 
@@ -72,9 +77,14 @@ class FakeEvaluator:
             return TrialResult(Status.PRUNED, "slow", c.kernel_name, c.candidate.config, t)
         t = Timing(ms, ms, ms, 0.0, 5)
         p = c.candidate.problem
+        energy = {}
+        if settings.energy:  # what evaluate.measure_energy adds after timing
+            j = fake_energy(c.candidate.config.as_dict())
+            energy = {"energy_j": j, "gflops_per_j": p.flops / 1e9 / j, "energy_method": "nvml-counter"}
         return TrialResult(
-            Status.COMPLETE, None, c.kernel_name, c.candidate.config, t, 1e-7, p.flops / ms / 1e9, None, 32, 0, 0, 0.0
-        )
+            Status.COMPLETE, None, c.kernel_name, c.candidate.config, t, 1e-7, p.flops / ms / 1e9, None, 32, 0, 0, 0.0,
+            **energy,
+        )  # fmt: skip
 
 
 def main() -> None:

@@ -184,6 +184,15 @@ MALFORMED = [
         "template's own checks",
     ),
     ("objective-unknown", put("objective", value="power"), "objective", "got 'power'"),
+    ("objective-three", put("objective", value=["time", "energy", "power"]), "objective", "[time, energy]"),
+    ("objective-twice", put("objective", value=["time", "time"]), "objective", "got ['time', 'time']"),
+    ("objective-number", put("objective", value=3), "objective", "expected time, energy or [time, energy]"),
+    (
+        "multi-objective-sampler",
+        both(put("objective", value=["time", "energy"]), put("sampler", value="cmaes")),
+        "sampler",
+        "'cmaes' cannot search two objectives; with objective [time, energy] use one of nsga2, tpe, random, brute",
+    ),
     ("budget-trials-zero", put("budget", "trials", value=0), "budget.trials", "positive integer, got int 0"),
     ("budget-trials-negative", put("budget", "trials", value=-5), "budget.trials", "positive integer"),
     ("budget-trials-bool", put("budget", "trials", value=True), "budget.trials", "positive integer"),
@@ -525,3 +534,33 @@ def test_cli_trials_zero_with_relative_path(capsys, monkeypatch):
     rc, out, err = _run_cli(["run", "configs/gemm.yaml", "--trials", "0"], capsys)
     line = _assert_one_error_line(rc, out, err)
     assert line == "autotune: error: --trials must be a positive number, got 0"
+
+
+@pytest.mark.parametrize(
+    ("objective", "sampler", "objectives", "expected_sampler"),
+    [
+        ("time", None, ("time",), "tpe"),
+        ("energy", None, ("energy",), "tpe"),
+        (["time", "energy"], None, ("time", "energy"), "nsga2"),
+        (["energy", "time"], "tpe", ("time", "energy"), "tpe"),  # values are always [ms, J]
+        (["energy"], "random", ("energy",), "random"),
+    ],
+)
+def test_objective_time_energy_or_both(base, objective, sampler, objectives, expected_sampler):
+    raw = copy.deepcopy(base)
+    raw["objective"] = objective
+    raw.pop("sampler", None)
+    if sampler:
+        raw["sampler"] = sampler
+    s = parse_spec(raw)
+    assert s.objectives == objectives and s.sampler == expected_sampler
+    assert s.measures_energy == ("energy" in objectives)
+
+
+def test_the_cli_sampler_must_take_the_objective(tmp_path, base, capsys):
+    raw = copy.deepcopy(base)
+    raw["objective"] = ["time", "energy"]
+    path = write(tmp_path, raw)
+    assert main(["run", str(path), "--sampler", "cmaes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autotune: error: --sampler 'cmaes' cannot search two objectives") and "\n" not in err
