@@ -103,6 +103,17 @@ class Space:
 
         yield from rec(0, {})
 
+    def size_by_branch(self) -> int:
+        """Combinations counted branch by branch: parameters under the same condition multiply, different
+        conditions add up (exact for exclusive branches such as ``TEMPLATE == 'x'``; constraints ignored)."""
+        base, branches = 1, {}
+        for p in self.params:
+            if p.when is None:
+                base *= len(p.values)
+            else:
+                branches[p.when.text] = branches.get(p.when.text, 1) * len(p.values)
+        return base * max(1, sum(branches.values()))
+
     def size_upper_bound(self) -> int:
         n = 1
         for p in self.params:

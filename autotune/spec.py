@@ -7,7 +7,6 @@ expected, e.g. ``configs/gemm.yaml: params.BM: expected a list of values or a ma
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,7 +300,7 @@ def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
         if later:
             raise fail(f"params.{p.name}.when", f"reads {later[0]}, which must be declared before {p.name}")
         _check_kind(p, info.kind(p.name), fail)
-    size = math.prod(len(p.values) for p in params)
+    size = Space(params).size_by_branch()
     if size > MAX_SPACE:
         raise fail("params", f"spans {size:,} combinations, more than {MAX_SPACE:,}; narrow the value lists")
 

@@ -168,12 +168,16 @@ def test_runtime_lookup_respects_dtype_layout_and_skips_configs_that_do_not_fit(
     c = choose("gemm", GEMM.problem("100x100x100", "bfloat16", "NT"), gpu, "sm_90", tmp_path)
     assert c.step == "default" and c.template == "wmma"
     assert GEMM.check_problem(c.template, c.params, GEMM.problem("100x100x100", "bfloat16", "NT")) is None
-    with pytest.raises(AutotuneError, match="no float32 template computes layout TN"):
-        choose("gemm", GEMM.problem("100x100x100", "float32", "TN"), gpu, "sm_90", tmp_path)
+    with pytest.raises(AutotuneError, match="no float32 template computes layout NT"):
+        choose("gemm", GEMM.problem("100x100x100", "float32", "NT"), gpu, "sm_90", tmp_path)
+    assert choose("gemm", GEMM.problem("100x100x100", "float32", "TN"), gpu, "sm_90", tmp_path).template == "skinny"
 
 
 def test_defaults_are_valid_for_every_dtype():
-    for dtype in ("float16", "bfloat16", "tfloat32", "float32"):
-        template, params = GEMM.default_config(dtype)
-        problem = GEMM.problem("4095x4097x4093", dtype)
+    for dtype, layout in [(d, lay) for d in ("float16", "bfloat16", "tfloat32") for lay in ("NN", "NT", "TN", "TT")] + [
+        ("float32", "NN"),
+        ("float32", "TN"),
+    ]:
+        template, params = GEMM.default_config(dtype, layout)
+        problem = GEMM.problem("4095x4097x4093", dtype, layout)
         assert GEMM.check(template, params) is None and GEMM.check_problem(template, params, problem) is None

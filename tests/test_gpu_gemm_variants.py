@@ -32,6 +32,10 @@ WMMA = {
                  dict(W16, FRAG="m16n16k8", FRAGS_M=2, FRAGS_N=2, BK=16, PAD=0, STAGES=2, SPLIT_K=4, RASTER=8)],
 }  # fmt: skip
 M32N8 = dict(W16, FRAG="m32n8k16", FRAGS_M=2, FRAGS_N=4)  # B fragments need the NT/TT layouts
+SK = dict(VEC=4, TX=32, TY=8, MT=8, KR=4, SPLIT_K=1, PREFETCH=True, MINB=2)
+SKINNY = [SK, dict(SK, MT=1, SPLIT_K=8, MINB=4), dict(SK, VEC=2, TX=64, TY=4, MT=16, KR=2, SPLIT_K=3, PREFETCH=False),
+          dict(SK, VEC=1, TY=16, MT=3, KR=1)]  # fmt: skip
+SKINNY_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (35, 8457, 2561), (3, 5, 7), (64, 1000, 999), (1, 1, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +67,31 @@ def test_wmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, par
         if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
             failures.append(f"{shape} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+@pytest.mark.parametrize("params", SKINNY, ids=lambda p: f"vec{p['VEC']}-mt{p['MT']}-sk{p['SPLIT_K']}")
+def test_skinny_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    s = replace(settings, tolerance=tolerance_for(dtype))
+    failures = []
+    for shape in SKINNY_SHAPES:
+        problem = GEMM.problem(list(shape), dtype, layout)
+        r = evaluate(Candidate("gemm", "skinny", problem, Config.of(params)), s)
+        if r.status is Status.INVALID and "SPLIT_K" in (r.reason or ""):
+            continue
+        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+            failures.append(f"{shape} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_skinny_split_k_relaunches_with_alpha_beta(settings, dtype):
+    params = SKINNY[2]
+    for layout in ("NN", "TN"):
+        problem = GEMM.problem([37, 1001, 2999], dtype, layout)
+        errors = _launch_twice(settings, "skinny", params, problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for(dtype) for e in errors), errors
 
 
 def _launch_twice(settings, template, params, problem, alpha, beta):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import gemm_wmma
+from . import gemm_skinny, gemm_wmma
 from .base import Launch, Params, TemplateInfo
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
@@ -89,7 +89,7 @@ def problem_variant(p: GemmProblem) -> dict[str, Any]:
 
 SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF")
 # Templates rendered with a dtype/layout variant, each described by its own module.
-MODULES: dict[str, Any] = {"wmma": gemm_wmma}
+MODULES: dict[str, Any] = {"wmma": gemm_wmma, "skinny": gemm_skinny}
 
 
 def _auto_info(templates: dict[str, TemplateInfo]) -> TemplateInfo:
@@ -119,7 +119,7 @@ class GemmFamily:
             "block, warp and register tiled SIMT",
             kinds=(("PAD", "int>=0"), ("DBUF", "bool")),
         ),  # fmt: skip
-        **{name: TemplateInfo(name, m.PARAMS, m.DTYPES, m.DESCRIPTION, kinds=m.KINDS) for name, m in MODULES.items()},
+        **{n: TemplateInfo(n, m.PARAMS, tuple(m.DTYPES), m.DESCRIPTION, kinds=m.KINDS) for n, m in MODULES.items()},
     }
     templates["auto"] = _auto_info(templates)
 
@@ -211,6 +211,8 @@ class GemmFamily:
             frag, pad = ("m16n16k8", 4) if dtype == "tfloat32" else ("m16n16k16", 8)
             return "wmma", dict(FRAG=frag, WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=pad, STAGES=3,
                                 SPLIT_K=1, RASTER=1)  # fmt: skip
+        if layout == "TN":  # the skinny template reads A transposed; fine for any M, fastest for small M
+            return "skinny", dict(VEC=4, TX=32, TY=8, MT=8, KR=4, SPLIT_K=1, PREFETCH=True, MINB=2)
         if layout != "NN":
             raise ValueError(f"no {dtype} template computes layout {layout}; pass row-major operands")
         return "simt", dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
@@ -223,6 +225,7 @@ class GemmFamily:
         if problem is not None and template in MODULES:
             v = problem_variant(problem)
             unaligned = "".join(x for x, ok in (("a", v["ALIGN_A"]), ("b", v["ALIGN_B"])) if not ok)
+            unaligned = unaligned if getattr(MODULES[template], "ALIGNMENT_VARIANT", False) else ""
             tag = [SHORT[problem.dtype], problem.layout.lower(), *([f"u{unaligned}"] if unaligned else [])]
         return "_".join([self.name, template, *tag, *parts])
 
