@@ -61,6 +61,8 @@ def time_launches(
     import cupy as cp
 
     def timed(n: int) -> list[float]:
+        if n <= 0:
+            return []
         events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(n)]
         for s, e in events:
             flush()

@@ -27,7 +27,7 @@ W16 = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, 
 WMMA = {
     "float16": [W16, dict(W16, FRAG="m8n32k16", FRAGS_M=2, FRAGS_N=2, BK=64, PAD=0, STAGES=4, SPLIT_K=3, RASTER=8),
                 dict(W16, WARPS_M=4, WARPS_N=1, FRAGS_M=1, FRAGS_N=2, BK=16, STAGES=2, SPLIT_K=5)],
-    "bfloat16": [W16, dict(W16, WARPS_N=4, FRAGS_N=2, BK=16, PAD=16, STAGES=4, SPLIT_K=2)],
+    "bfloat16": [dict(W16, WARPS_N=4, FRAGS_N=2, BK=16, PAD=16, STAGES=4, SPLIT_K=2)],
     "tfloat32": [dict(W16, FRAG="m16n16k8", FRAGS_M=2, PAD=4),
                  dict(W16, FRAG="m16n16k8", FRAGS_M=2, FRAGS_N=2, BK=16, PAD=0, STAGES=2, SPLIT_K=4, RASTER=8)],
 }  # fmt: skip
@@ -47,10 +47,14 @@ def settings():
 
 
 def _cases():
+    """Every dtype x layout with the runtime's default config and the configs above that fit the layout."""
     for dtype, configs in WMMA.items():
-        for i, params in enumerate(configs):
-            for layout in LAYOUTS:
-                yield pytest.param(dtype, layout, params, id=f"{dtype}-{layout}-{i}")
+        for layout in LAYOUTS:
+            default = GEMM.default_config(dtype, layout)[1]
+            yield pytest.param(dtype, layout, default, id=f"{dtype}-{layout}-default")
+            for i, params in enumerate(configs):
+                if GEMM.check_problem("wmma", params, GEMM.problem("256x256x256", dtype, layout)) is None:
+                    yield pytest.param(dtype, layout, params, id=f"{dtype}-{layout}-{i}")
     for layout in ("NT", "TT"):
         yield pytest.param("float16", layout, M32N8, id=f"float16-{layout}-m32n8k16")
 
