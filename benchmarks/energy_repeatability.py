@@ -46,7 +46,7 @@ def targets(args: argparse.Namespace, gpu) -> list[dict]:
         if not (args.template and args.shape and len(args.shape) == 1):
             raise SystemExit("energy_repeatability: --params needs --template and exactly one --shape.")
         params = json.loads(args.params)
-        return [dict(dtype=args.dtype, shape=args.shape[0], template=args.template, params=params,
+        return [dict(dtype=args.dtype, layout="NN", shape=args.shape[0], template=args.template, params=params,
                      tolerance=tolerance_for(args.dtype), role="given")]  # fmt: skip
     path = tuned_file(args.tuned_dir, gpu.key, args.kernel)
     doc = read(path)
@@ -54,15 +54,15 @@ def targets(args: argparse.Namespace, gpu) -> list[dict]:
         raise SystemExit(f"energy_repeatability: {path} has no entries; tune first or pass --params.")
     out = []
     for key, e in doc["entries"].items():
-        dtype, _, shape = key.split("/")
+        dtype, layout, shape = key.split("/")
         if args.shape and shape not in args.shape:
             continue
-        out.append(dict(dtype=dtype, shape=shape, template=e["template"], params=e["params"],
+        out.append(dict(dtype=dtype, layout=layout, shape=shape, template=e["template"], params=e["params"],
                         tolerance=e["tolerance"], role="fastest"))  # fmt: skip
         for p in e.get("pareto") or [] if args.pareto else []:
             if p["params"] != e["params"]:
-                out.append(dict(dtype=dtype, shape=shape, template=e["template"], params=p["params"],
-                                tolerance=e["tolerance"], role="pareto"))  # fmt: skip
+                out.append(dict(dtype=dtype, layout=layout, shape=shape, template=p.get("template", e["template"]),
+                                params=p["params"], tolerance=e["tolerance"], role="pareto"))  # fmt: skip
     return out
 
 
@@ -92,7 +92,7 @@ def main() -> int:
     date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows = []
     for t in targets(args, gpu):
-        problem = family.problem(t["shape"], t["dtype"])
+        problem = family.problem(t["shape"], t["dtype"], t["layout"])
         settings = Settings(arch=gpu.arch, tolerance=t["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
                             timing=FINAL_PLAN, energy=True)  # fmt: skip
         settings = replace(settings, energy_plan=EnergyPlan(seconds=args.seconds))

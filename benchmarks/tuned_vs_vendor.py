@@ -45,7 +45,7 @@ def main() -> int:
     rows = []
     for key, e in doc["entries"].items():
         dtype, layout, label = key.split("/")
-        problem = family.problem(label, dtype)
+        problem = family.problem(label, dtype, layout)
         settings = Settings(arch=gpu.arch, tolerance=e["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
                             timing=FINAL_PLAN)  # fmt: skip
         r = evaluate(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings, flush)
@@ -54,9 +54,10 @@ def main() -> int:
         rows.append({
             "dtype": dtype, "layout": layout, "shape": label, "kernel": r.kernel_name, "status": r.status.value,
             "rel_error": r.error, "ms": r.timing.median_ms if ok else None,
-            "iqr_pct": 100 * r.timing.spread if ok else None, "tflops": r.tflops,
+            "iqr_pct": 100 * r.timing.spread if ok else None, "tflops": r.tflops, "tbps": r.gbps / 1e3 if ok else None,
             "vendor": vendor[0] if vendor else None, "vendor_ms": vendor[1].median_ms if vendor else None,
             "vendor_tflops": problem.flops / vendor[1].median_ms / 1e9 if vendor else None,
+            "vendor_tbps": problem.bytes / vendor[1].median_ms / 1e9 if vendor else None,
             "x_vendor": vendor[1].median_ms / r.timing.median_ms if ok and vendor else None,
             "stored_x_vendor": e.get("vendor_ratio"),
         })  # fmt: skip
@@ -82,11 +83,13 @@ def main() -> int:
         w.writerows(rows)
 
     print(f"{gpu.name}  {meta['versions']}  {meta['date']}")
-    print(f"{'shape':>16} {'status':>9} {'ms':>9} {'TFLOP/s':>8} {'cuBLAS':>8} {'x vendor':>9}  kernel")
+    print(f"{'dtype':>8} {'layout':>6} {'shape':>16} {'status':>9} {'ms':>9} {'TFLOP/s':>8} {'TB/s':>6} "
+          f"{'vendor':>8} {'vTB/s':>6} {'x vendor':>9}  kernel")  # fmt: skip
     for r in rows:
         f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
-        print(f"{r['shape']:>16} {r['status']:>9} {f(r['ms'], '.4f'):>9} {f(r['tflops'], '.1f'):>8} "
-              f"{f(r['vendor_tflops'], '.1f'):>8} {f(r['x_vendor'], '.2f'):>9}  {r['kernel']}")  # fmt: skip
+        print(f"{r['dtype']:>8} {r['layout']:>6} {r['shape']:>16} {r['status']:>9} {f(r['ms'], '.4f'):>9} "
+              f"{f(r['tflops'], '.1f'):>8} {f(r['tbps'], '.2f'):>6} {f(r['vendor_tflops'], '.1f'):>8} "
+              f"{f(r['vendor_tbps'], '.2f'):>6} {f(r['x_vendor'], '.2f'):>9}  {r['kernel']}")  # fmt: skip
     return 0 if all(r["status"] == "complete" for r in rows) else 1
 
 
