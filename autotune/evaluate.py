@@ -195,7 +195,9 @@ def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
         module.load(compiled.cubin)
         fn = (module, module.get_function(compiled.kernel_name))
         _modules[key] = fn  # type: ignore[index]
-    if shared_bytes > 48 * 1024:
+    # Static shared memory counts against the same 48 KB default: a kernel with exactly 48 KB of dynamic
+    # shared memory and a few static bytes fails to launch unless the limit is raised.
+    if shared_bytes + (compiled.static_smem if compiled.static_smem is not None else 1024) > 48 * 1024:
         driver.funcSetAttribute(fn[1].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
     return fn[1]
 

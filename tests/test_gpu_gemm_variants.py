@@ -26,7 +26,9 @@ W16 = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, 
            RASTER=1)  # fmt: skip
 WMMA = {
     "float16": [W16, dict(W16, FRAG="m8n32k16", FRAGS_M=2, FRAGS_N=2, BK=64, PAD=0, STAGES=4, SPLIT_K=3, RASTER=8),
-                dict(W16, WARPS_M=4, WARPS_N=1, FRAGS_M=1, FRAGS_N=2, BK=16, STAGES=2, SPLIT_K=5)],
+                dict(W16, WARPS_M=4, WARPS_N=1, FRAGS_M=1, FRAGS_N=2, BK=16, STAGES=2, SPLIT_K=5),
+                # exactly 48 KB of dynamic shared memory plus split-K's static flag: the launch must raise the limit
+                dict(W16, WARPS_M=2, WARPS_N=1, FRAGS_M=2, FRAGS_N=1, BK=64, STAGES=4, SPLIT_K=2)],
     "bfloat16": [dict(W16, WARPS_N=4, FRAGS_N=2, BK=16, PAD=16, STAGES=4, SPLIT_K=2)],
     "tfloat32": [dict(W16, FRAG="m16n16k8", FRAGS_M=2, PAD=4),
                  dict(W16, FRAG="m16n16k8", FRAGS_M=2, FRAGS_N=2, BK=16, PAD=0, STAGES=2, SPLIT_K=4, RASTER=8)],
