@@ -295,12 +295,15 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
 
 
 _GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
+_BY_CHAR = {"f": "float32", "e": "float16"}  # dtype.char -> name: the per-call path avoids dtype.name and str()
 
 
 def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
     """(CuPy view, where it came from, gemm dtype). bfloat16 torch tensors become uint16 views of their bits."""
     import cupy as cp
 
+    if type(x) is cp.ndarray and x.dtype.char in _BY_CHAR:  # the common case, first and cheap
+        return x, "cupy", _BY_CHAR[x.dtype.char]
     kind = "cupy" if isinstance(x, cp.ndarray) else type(x).__module__.split(".")[0]
     if kind == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
         import torch
@@ -325,9 +328,13 @@ def _stored(x: Any, transposable: bool) -> tuple[Any, str]:
     The kernels load 16 bytes at a time from row starts: other views (strided, or starting off a 16-byte
     boundary) are copied first.
     """
-    if x.flags.c_contiguous and x.data.ptr % 16 == 0:
+    rows, cols = x.shape
+    size, strides = x.itemsize, x.strides
+    aligned = x.data.ptr % 16 == 0
+    # strides first (cheap); flags (built per access) only for the degenerate cases strides cannot tell
+    if aligned and (strides == (cols * size, size) or x.flags.c_contiguous):
         return x, "N"
-    if transposable and x.flags.f_contiguous and x.data.ptr % 16 == 0:
+    if transposable and aligned and (strides == (size, rows * size) or x.flags.f_contiguous):
         return x.T, "T"
     return x.copy(order="C"), "N"
 
@@ -366,7 +373,11 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         out_cp = cp.empty((m, n), dtype=storage)
     else:
         out_cp, _, odt = _as_cupy(out, "out")
-        if out_cp.shape != (m, n) or odt != adt or not out_cp.flags.c_contiguous:
+        if (
+            out_cp.shape != (m, n)
+            or odt != adt
+            or not (out_cp.strides == (n * out_cp.itemsize, out_cp.itemsize) or out_cp.flags.c_contiguous)
+        ):
             raise ValueError(f"out must be a C-contiguous {adt} array of shape {(m, n)}")
     transposable = dtype != "float32"  # the fp32 SIMT kernels read row-major operands only
     a_cp, la = _stored(a_cp, transposable)
