@@ -242,6 +242,7 @@ class Launcher:
 _cache = CubinCache()
 _launchers: dict[tuple, Launcher] = {}
 _by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
+_hot: dict[tuple, tuple[Launcher, bool, bool]] = {}  # call signature -> launcher, operands read transposed
 _launchers_lock = threading.Lock()
 
 
@@ -351,6 +352,19 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     """
     import cupy as cp
 
+    # Hot path: CuPy operands and out exactly as in an earlier call (shapes, strides, dtypes) and aligned.
+    nd = cp.ndarray
+    if precision is None and type(a) is nd and type(b) is nd and type(out) is nd:
+        sig = (a.shape, b.shape, out.shape, a.strides, b.strides, out.strides, a.dtype.char, b.dtype.char,
+               out.dtype.char, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())  # fmt: skip
+        hot = _hot.get(sig)
+        if hot is not None and not (a.data.ptr | b.data.ptr | out.data.ptr) & 15:
+            launcher, ta, tb = hot
+            launcher(a.T if ta else a, b.T if tb else b, out, alpha, beta)
+            return out
+    else:
+        sig = None
+
     a_cp, kind, adt = _as_cupy(a, "a")
     b_cp, _, bdt = _as_cupy(b, "b")
     if a_cp.ndim != 2 or b_cp.ndim != 2 or a_cp.shape[1] != b_cp.shape[0]:
@@ -403,6 +417,9 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
         if launcher is None:
             launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
         launcher(a_cp, b_cp, out_cp, alpha, beta)
+        stored_as_given = (a_cp is a or la == "T") and (b_cp is b or lb == "T") and out_cp is out
+        if sig is not None and target is None and stored_as_given:
+            _hot[sig] = (launcher, la == "T", lb == "T")
     if target is not None:
         target[...] = out_cp
     if out is not None:
