@@ -35,9 +35,12 @@ from .errors import AutotuneError
 
 # Ceilings measured on the H200 test host (/work/shared/GPU.md): fp32 FMA peak and device-to-device copy
 # bandwidth (bytes read + written). Runs of a GPU not listed here use these unless ``ceilings`` is given.
-H200_CEILINGS = {"flops": 66.9e12, "bandwidth": 4.2e12}
+H200_CEILINGS = {"flops": 66.9e12, "bandwidth": 4.2e12, "label": "fp32 FMA peak"}
 CEILINGS = {"nvidia-h200-sm90": H200_CEILINGS}
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+# Tensor-core dtypes have their own compute roof (the H200's dense datasheet figures; GPU.md: WMMA/mma.sync
+# reach about 65% of them on Hopper).
+TENSOR_PEAKS = {"nvidia-h200-sm90": {"float16": 990e12, "bfloat16": 990e12, "tfloat32": 495e12}}
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "tfloat32": 4, "float64": 8}
 REPORT_EXTRA = "pip install 'autotune[report]'"
 MIN_IMPORTANCE_TRIALS = 5  # fewer complete trials than this say nothing about parameter importance
 
@@ -52,7 +55,8 @@ STATUS_COLORS = {
 }  # fmt: skip
 
 _STUDY_NAME = re.compile(
-    r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)\.(?P<hash>[\w.]+)"
+    r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)(?:\.(?P<layout>NN|NT|TN|TT))?"
+    r"\.(?P<hash>[\w.]+)"
 )
 _GEMM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 _RESULT_KEYS = (
@@ -60,7 +64,8 @@ _RESULT_KEYS = (
     "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "source_hash", "gflops_per_j",
     "energy_method",
 )  # fmt: skip
-_HEAD = ("run", "gpu", "study", "kernel", "template", "dtype", "shape", "M", "N", "K", "template_hash", "trial")
+_HEAD = ("run", "gpu", "study", "kernel", "template", "dtype", "layout", "shape", "M", "N", "K", "template_hash",
+         "trial")  # fmt: skip
 _TAIL = (
     "state", "status", "reason", "kernel_name", "config_key", "median_ms", "min_ms", "max_ms", "iqr_ms", "spread",
     "repeats", "tflops", "gbps", "intensity", "roofline_fraction", "best_ms_so_far", "best_tflops_so_far", "vendor",
@@ -192,8 +197,8 @@ def _name_parts(name: str) -> dict[str, Any]:
     """``gemm.simt.float32.4096x4096x4096.34107aaa`` -> kernel, template, dtype, shape, hash, M, N, K."""
     m = _STUDY_NAME.fullmatch(name)
     if m is None:  # not one of ours: keep its rows, with the study name standing in for the shape
-        return {"shape": name}
-    parts = {**m.groupdict(), "template_hash": m["hash"]}
+        return {"shape": name, "layout": None}
+    parts = {**m.groupdict(), "template_hash": m["hash"], "layout": m["layout"] or "NN"}
     del parts["hash"]
     dims = _GEMM_SHAPE.fullmatch(m["shape"])
     if dims:
@@ -210,8 +215,12 @@ def _work(parts: Mapping[str, Any]) -> tuple[float, float]:
     return 2.0 * m * n * k, float((m * k + k * n + m * n) * size)
 
 
-def _ceilings_for(gpu: str | None, given: Mapping[str, float] | None) -> Mapping[str, float]:
-    return given if given is not None else CEILINGS.get(gpu or "", H200_CEILINGS)
+def _ceilings_for(gpu: str | None, given: Mapping[str, Any] | None, dtype: str | None = None) -> Mapping[str, Any]:
+    if given is not None:
+        return given
+    base = CEILINGS.get(gpu or "", H200_CEILINGS)
+    peak = TENSOR_PEAKS.get(gpu or "", TENSOR_PEAKS["nvidia-h200-sm90"]).get(dtype or "")
+    return {**base, "flops": peak, "label": f"{dtype} tensor-core peak (datasheet)"} if peak else base
 
 
 def _attainable(intensity: float, ceilings: Mapping[str, float]) -> float:
@@ -231,14 +240,14 @@ def _vendor_lookup(tuned_dir: str | Path | None, vendor_ms: Mapping[str, float] 
     if tuned_dir is not None:
         for r in best(tuned_dir).to_dict("records"):
             if _num(r["vendor_median_ms"]) > 0:
-                key = (r["gpu"], r["kernel"], r["dtype"], r["shape"])
+                key = (r["gpu"], r["kernel"], r["dtype"], r["layout"], r["shape"])
                 table[key] = (r["vendor"] or "vendor", r["vendor_median_ms"])
     gpus = {k[0] for k in table}
 
     def lookup(gpu: str | None, parts: Mapping[str, Any]) -> tuple[str, float] | None:
         if vendor_ms and parts.get("shape") in vendor_ms:
             return "vendor", float(vendor_ms[parts["shape"]])
-        key = (parts.get("kernel"), parts.get("dtype"), parts.get("shape"))
+        key = (parts.get("kernel"), parts.get("dtype"), parts.get("layout", "NN"), parts.get("shape"))
         hit = table.get((gpu, *key))  # type: ignore[arg-type]
         if hit is None and gpu not in gpus and len(gpus) == 1:
             hit = table.get((next(iter(gpus)), *key))  # type: ignore[arg-type]
@@ -289,7 +298,8 @@ def _trials_frame(studies: Sequence[_Study], ceilings: Mapping[str, float] | Non
         parts = _name_parts(st.name)
         flops, nbytes = _work(parts)
         intensity = flops / nbytes if nbytes > 0 else math.nan
-        roof = _attainable(intensity, _ceilings_for(st.gpu, ceilings)) if intensity > 0 else math.nan
+        limits = _ceilings_for(st.gpu, ceilings, parts.get("dtype"))
+        roof = _attainable(intensity, limits) if intensity > 0 else math.nan
         vend = vendor(st.gpu, parts)
         starts = [t.datetime_start for t in st.trials if t.datetime_start is not None]
         t0 = min(starts) if starts else None
@@ -350,7 +360,7 @@ def best_per_shape(df: Any) -> Any:
     import pandas as pd
 
     rows = []
-    keys = ["run", "gpu", "kernel", "dtype", "shape"]
+    keys = ["run", "gpu", "kernel", "dtype", "layout", "shape"]
     for key, g in df.groupby(keys, sort=False, dropna=False):
         done = g[g["status"] == "complete"]
         b = done.loc[done["median_ms"].idxmin()] if len(done) else None
@@ -373,9 +383,14 @@ def best_per_shape(df: Any) -> Any:
 
 
 def status_counts(df: Any) -> Any:
-    """Trials per status for every (run, shape) of a :func:`trials` frame; statuses in a fixed order."""
+    """Trials per status for every (run, shape) of a :func:`trials` frame; statuses in a fixed order.
+    A shape tuned in several dtypes or layouts is named with them (``4096x4096x4096 float16 TN``)."""
     import pandas as pd
 
+    extra = [df[c].where(~df[c].isin(["float32", "NN"]) & df[c].notna(), "") for c in ("dtype", "layout")]
+    df = df.assign(
+        shape=(df["shape"] + " " + extra[0] + " " + extra[1]).str.strip().str.replace(r"\s+", " ", regex=True)
+    )
     index = ["run", "shape"]
     counts = pd.crosstab([df[c] for c in index], df["status"])
     order = [s for s in STATUS_ORDER if s in counts.columns] + sorted(set(counts.columns) - set(STATUS_ORDER))
@@ -422,7 +437,7 @@ def best(tuned_dir: str | Path, *, ceilings: Mapping[str, float] | None = None) 
             parts = {"kernel": kernel, "dtype": dtype, **_name_parts(f"{kernel}.x.{dtype}.{shape}.0")}
             flops, nbytes = _work(parts)
             intensity = flops / nbytes if nbytes > 0 else math.nan
-            limits = ceilings if ceilings is not None else CEILINGS.get(gpu)
+            limits = _ceilings_for(gpu, ceilings, dtype) if ceilings is not None or gpu in CEILINGS else None
             roof = _attainable(intensity, limits) if limits and intensity > 0 else math.nan
             params = e.get("params") or {}
             versions = e.get("versions") or {}
@@ -487,7 +502,7 @@ def _summary(source: str | Path) -> Any:
     if _is_tuned(source):
         return best(source)[_SUMMARY]
     df = best_per_shape(trials(source))
-    df = df[df["complete"] > 0].assign(layout=None, gpu=df["gpu"].fillna(df["run"]))
+    df = df[df["complete"] > 0].assign(gpu=df["gpu"].fillna(df["run"]))
     return df[_SUMMARY]
 
 
@@ -543,7 +558,8 @@ def _cell(v: Any, spec: str) -> str:
 
 
 _BEST_COLUMNS = {
-    "run": ("run", ""), "shape": ("shape", ""), "template": ("template", ""), "kernel_name": ("best", ""),
+    "run": ("run", ""), "dtype": ("dtype", ""), "layout": ("layout", ""), "shape": ("shape", ""),
+    "template": ("template", ""), "kernel_name": ("best", ""),
     "trial": ("trial", ".0f"), "median_ms": ("ms", ".4f"), "spread": ("spread", "%.1"), "tflops": ("TFLOP/s", ".1f"),
     "roofline_fraction": ("of roofline", "%"), "vendor_ratio": ("x cuBLAS", "x"), "energy_j": ("J/launch", ".4g"),
     "gflops_per_j": ("GFLOP/J", ".1f"), "energy_method": ("energy by", ""), "complete": ("complete", "d"),
@@ -814,8 +830,8 @@ def plot_roofline(df: Any, ceilings: Mapping[str, float]) -> Any:
     ax = fig.add_subplot()
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(peak, x * bw) for x in xs], color="black", linewidth=2, label="roofline")
-    ax.annotate(f"fp32 FMA peak {peak:.1f} TFLOP/s", (hi, peak), xytext=(-4, 4), textcoords="offset points",
-                ha="right", va="bottom")  # fmt: skip
+    ax.annotate(f"{ceilings.get('label', 'compute peak')} {peak:.1f} TFLOP/s", (hi, peak), xytext=(-4, 4),
+                textcoords="offset points", ha="right", va="bottom")  # fmt: skip
     # The label follows the slope of y = bw * x as drawn on the log axes.
     ax.text(lo * 1.3, lo * 1.3 * bw * 1.15, f"bandwidth {bw:.1f} TB/s", rotation=math.degrees(math.atan(bw)),
             transform_rotates_text=True, rotation_mode="anchor")  # fmt: skip
@@ -961,9 +977,10 @@ def write_report(
     for title, g in _groups(df):
         plot(f"Parameters vs TFLOP/s, {title}", lambda g=g, title=title: plot_params(title, g, params))
     blocks.append(("h2", "Roofline"))
-    for run, g in df.groupby("run", sort=False):
-        limits = _ceilings_for(g["gpu"].iloc[0], ceilings)
-        what = f"Roofline, {run}" if df["run"].nunique() > 1 else "Roofline"
+    for (run, dtype), g in df.groupby(["run", "dtype"], sort=False, dropna=False):
+        limits = _ceilings_for(g["gpu"].iloc[0], ceilings, dtype if isinstance(dtype, str) else None)
+        what = " ".join(["Roofline", *([run] if df["run"].nunique() > 1 else []),
+                         *([dtype] if df["dtype"].nunique() > 1 else [])])  # fmt: skip
         blocks.append(("p", f"Ceilings: {limits['flops'] / 1e12:.1f} TFLOP/s, {limits['bandwidth'] / 1e12:.1f} TB/s."))
         plot(what, lambda g=g, limits=limits: plot_roofline(g, limits))
     if df["energy_j"].notna().any():
