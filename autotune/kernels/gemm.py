@@ -197,6 +197,8 @@ class GemmFamily:
             return "the 32 lanes of a warp must tile a warp sub-tile exactly"
         if threads > MAX_THREADS:
             return f"{threads} threads per block exceeds {MAX_THREADS}"
+        if p["VEC"] not in (1, 2, 4):  # the template has float, float2 and float4 loads (Vec<1|2|4>)
+            return "VEC must be 1, 2 or 4"
         if p["BK"] % p["VEC"] or p["BN"] % p["VEC"]:
             return "VEC must divide BK and BN"
         if (p["BM"] * p["BK"] // p["VEC"]) % threads or (p["BK"] * p["BN"] // p["VEC"]) % threads:
