@@ -6,7 +6,7 @@ Importing this package touches neither the GPU nor Optuna; those load when they 
 from .errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
 from .evaluate import Candidate, Settings, Status, TrialResult, evaluate
 from .expr import Expression
-from .runtime import Launcher, gemm, load
+from .runtime import Launcher, conv2d, gemm, load
 from .space import Config, Param, Space
 from .spec import Spec, load_spec, parse_spec
 
@@ -28,6 +28,7 @@ __all__ = [
     "StoreError",
     "TrialResult",
     "Launcher",
+    "conv2d",
     "evaluate",
     "gemm",
     "load",

@@ -75,6 +75,12 @@ class Choice:
     entry: dict[str, Any] | None = field(default=None, compare=False)
 
 
+def _dims(problem: Any) -> tuple[int, ...]:
+    """The sizes that measure how near two problems are: M, N, K for GEMM, a family's ``dims`` otherwise."""
+    dims = getattr(problem, "dims", None)
+    return tuple(dims) if dims is not None else (problem.M, problem.N, problem.K)
+
+
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     return sum(abs(math.log(x / y)) for x, y in zip(a, b, strict=True))
 
@@ -113,14 +119,15 @@ def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, la
                                                                                       problem):  # fmt: skip
         e = entries[exact]
         return Choice(e["template"], dict(e["params"]), "exact", f"{gpu_key} {exact}", e)
-    dims = (problem.M, problem.N, problem.K)
+    dims = _dims(problem)
     near: list[tuple[float, str]] = []
     for key, e in entries.items():
         dtype, lay, label = key.split("/")
         if dtype != problem.dtype or lay != layout or not _usable(kernel, key, e, gpu_key):
             continue
         other = family.problem(label, dtype, lay)
-        near.append((_distance(dims, (other.M, other.N, other.K)), key))
+        if len(_dims(other)) == len(dims):
+            near.append((_distance(dims, _dims(other)), key))
     for _, key in sorted(near):
         if _fits(kernel, key, entries[key], problem):
             e = entries[key]
@@ -216,7 +223,9 @@ class Launcher:
         self._scratch = scratch
         import numpy as np
 
-        self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K))
+        self._family = FAMILIES[kernel]
+        self._gemm = kernel == "gemm"  # GEMM's arguments are packed here, without a call into the family
+        self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)) if self._gemm else ()
         self._f32 = np.float32
 
     @property
@@ -231,8 +240,11 @@ class Launcher:
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here)."""
-        self._fn(self._grid, self._block, (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *self._scratch),
-                 shared_mem=self._shared)  # fmt: skip
+        if self._gemm:
+            args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *self._scratch)
+        else:
+            args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, self._scratch)
+        self._fn(self._grid, self._block, args, shared_mem=self._shared)
         return out
 
     def __repr__(self) -> str:
@@ -254,14 +266,17 @@ def _gpu(device_id: int) -> tuple[str, str]:
     return gpu.key, gpu.arch
 
 
-def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tuned_dir: str | Path | None = None,
-         **shape: int) -> Launcher:  # fmt: skip
-    """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)``."""
+def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = None,
+         tuned_dir: str | Path | None = None, **shape: int) -> Launcher:  # fmt: skip
+    """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)`` or
+    ``load("conv2d", N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)``; ``layout`` defaults to the
+    family's first (GEMM "NN", convolution "NCHW")."""
     import cupy as cp
 
     if kernel not in FAMILIES:
         raise AutotuneError(f"unknown kernel family {kernel!r}; expected one of {', '.join(FAMILIES)}")
     family = FAMILIES[kernel]
+    layout = layout or getattr(family, "layouts", ("NN",))[0]
     if kernel == "gemm":
         if set(shape) != {"M", "N", "K"}:
             raise AutotuneError(f"load('gemm', ...) needs M, N and K, got {', '.join(shape) or 'none'}")
@@ -269,8 +284,11 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str = "NN", tu
             problem = family.problem([shape["M"], shape["N"], shape["K"]], dtype, layout)
         except ValueError as exc:
             raise AutotuneError(f"load('gemm', ...): {exc}") from None
-    else:  # pragma: no cover - other families bring their own shapes
-        problem = family.problem(shape, dtype)
+    else:
+        try:
+            problem = family.problem(dict(shape), dtype, layout)
+        except (ValueError, TypeError) as exc:
+            raise AutotuneError(f"load({kernel!r}, ...): {exc}") from None
     tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
     device_id = cp.cuda.Device().id
     memo = (kernel, problem, layout, str(tdir), device_id)
@@ -434,3 +452,63 @@ def _like(x: Any, kind: str, dtype: str = "float32") -> Any:
         t = torch.from_dlpack(x)
         return t.view(torch.bfloat16) if dtype == "bfloat16" else t
     return x
+
+
+def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCHW", out: Any = None, *,
+           tuned_dir: str | Path | None = None) -> Any:  # fmt: skip
+    """2-D convolution (cross-correlation, as ``torch.nn.functional.conv2d``) with the tuned kernel for this
+    GPU, dtype, layout and shape; groups 1, dilation 1.
+
+    ``layout="NCHW"``: x[N, C, H, W], w[K, C, R, S] -> out[N, K, P, Q]; ``"NHWC"``: x[N, H, W, C],
+    w[K, R, S, C] -> out[N, P, Q, K]. Takes CuPy arrays or GPU arrays with ``__cuda_array_interface__`` /
+    ``__dlpack__`` (PyTorch tensors; a channels-last tensor is NHWC data: pass ``layout="NHWC"`` with it
+    permuted to N, H, W, C). Operands that are not C-contiguous are copied first.
+    """
+    import cupy as cp
+
+    if "conv2d" not in FAMILIES:
+        raise AutotuneError("this autotune has no conv2d kernel family")
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    for name, v, low in (("stride", stride, 1), ("padding", padding, 0)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low} (the same for both dimensions), got {v!r}")
+    x_cp, kind, xdt = _as_cupy(x, "x")
+    w_cp, _, wdt = _as_cupy(w, "w")
+    if x_cp.ndim != 4 or w_cp.ndim != 4:
+        raise ValueError(f"conv2d needs 4-D x and w; got {x_cp.shape} and {w_cp.shape}")
+    if xdt != wdt:
+        raise TypeError(f"x and w must have the same dtype; got {xdt} and {wdt}")
+    if layout == "NCHW":
+        (n, c, h, wd), (k, c2, r, s) = x_cp.shape, w_cp.shape
+    else:
+        (n, h, wd, c), (k, r, s, c2) = x_cp.shape, w_cp.shape
+    if c != c2:
+        raise ValueError(f"x has {c} channels but w expects {c2} ({layout})")
+    p, q = (h + 2 * padding - r) // stride + 1, (wd + 2 * padding - s) // stride + 1
+    if min(n, c, k) < 1 or p < 1 or q < 1:
+        raise ValueError(f"no output: x {x_cp.shape} and w {w_cp.shape} with stride {stride}, padding {padding}")
+    x_cp, _ = _stored(x_cp.reshape(x_cp.shape[0], -1), False)
+    w_cp, _ = _stored(w_cp.reshape(w_cp.shape[0], -1), False)
+    out_shape = (n, k, p, q) if layout == "NCHW" else (n, p, q, k)
+    if out is None:
+        out_cp = cp.empty(out_shape, dtype=x_cp.dtype)
+    else:
+        out_cp, _, odt = _as_cupy(out, "out")
+        if out_cp.shape != out_shape or odt != xdt or not out_cp.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous {xdt} array of shape {out_shape}")
+    target = None
+    if out_cp.data.ptr % 16:
+        target, out_cp = out_cp, out_cp.copy()
+    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR),
+           cp.cuda.runtime.getDevice())  # fmt: skip
+    launcher = _by_call.get(key)
+    if launcher is None:
+        launcher = _by_call[key] = load("conv2d", dtype=xdt, layout=layout, tuned_dir=tuned_dir, N=n, C=c, H=h, W=wd,
+                                        K=k, R=r, S=s, stride=stride, pad=padding)  # fmt: skip
+    launcher(x_cp, w_cp, out_cp)
+    if target is not None:
+        target[...] = out_cp
+    if out is not None:
+        return out
+    return _like(out_cp, kind, xdt)
