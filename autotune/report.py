@@ -55,7 +55,7 @@ STATUS_COLORS = {
 }  # fmt: skip
 
 _STUDY_NAME = re.compile(
-    r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)(?:\.(?P<layout>NN|NT|TN|TT))?"
+    r"(?P<kernel>[^.]+)\.(?P<template>[^.]+)\.(?P<dtype>[^.]+)\.(?P<shape>[^.]+)(?:\.(?P<layout>NN|NT|TN|TT|NCHW|NHWC))?"
     r"\.(?P<hash>[\w.]+)"
 )
 _GEMM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")

@@ -181,3 +181,17 @@ def test_defaults_are_valid_for_every_dtype():
         template, params = GEMM.default_config(dtype, layout)
         problem = GEMM.problem("4095x4097x4093", dtype, layout)
         assert GEMM.check(template, params) is None and GEMM.check_problem(template, params, problem) is None
+
+
+def test_report_reads_dtype_and_layout_from_study_names():
+    from autotune.report import _ceilings_for, _name_parts
+
+    p = _name_parts("gemm.auto.float16.255x257x253.TN.aab5e728.4b4eb4")
+    assert (p["dtype"], p["layout"], p["shape"], p["M"], p["K"]) == ("float16", "TN", "255x257x253", 255, 253)
+    assert _name_parts("gemm.simt.float32.4096x4096x4096.34107aaa")["layout"] == "NN"
+    assert _name_parts("conv2d.direct.float32.n1c64h56w56k64r3s3u1p1.NCHW.ab12cd34.ef56")["layout"] == "NCHW"
+    # tensor-core dtypes are measured against their own roof, not the fp32 FMA peak
+    assert (
+        _ceilings_for("nvidia-h200-sm90", None, "float16")["flops"]
+        > 10 * _ceilings_for("nvidia-h200-sm90", None)["flops"]
+    )
