@@ -111,7 +111,9 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
         raise fail("dtype", "is required")
     dtypes = _names(raw, "dtype", info.dtypes, lambda x: f"template {template!r} does not implement {x!r}", fail)
     all_layouts = getattr(family, "layouts", ("NN",))
-    layouts = _names(raw, "layout", all_layouts, lambda x: f"unknown layout {x!r}", fail) if "layout" in raw else ["NN"]
+    # Without a layout key, the family's first layout (GEMM: NN, conv2d: NCHW).
+    layouts = _names(raw, "layout", all_layouts, lambda x: f"unknown layout {x!r}", fail) if "layout" in raw else []
+    layouts = layouts or [all_layouts[0]]
 
     shapes = raw.get("shapes")
     if not isinstance(shapes, list) or not shapes:

@@ -33,8 +33,13 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def template_dir(kernel: str) -> str:
+    """The folder of a family's templates: its ``template_dir`` when it has one (conv2d: conv), else its name."""
+    return getattr(FAMILIES[kernel], "template_dir", kernel)
+
+
 def template_path(kernel: str, template: str) -> Path:
-    return template_root() / kernel / f"{template}.cu.j2"
+    return template_root() / template_dir(kernel) / f"{template}.cu.j2"
 
 
 @functools.cache
@@ -63,6 +68,6 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
     concrete = family.resolve(template, params)
     name = family.kernel_name(concrete, params, problem)
     context = {**params, **family.context(concrete, params, problem), "kernel_name": name}
-    source = _environment().get_template(f"{kernel}/{concrete}.cu.j2").render(context)
+    source = _environment().get_template(f"{template_dir(kernel)}/{concrete}.cu.j2").render(context)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)

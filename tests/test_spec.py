@@ -92,7 +92,7 @@ MALFORMED = [
     ("unknown-top-level-key", put("kernal", value="gemm"), "kernal", "unknown key"),
     ("missing-kernel", drop("kernel"), "kernel", "is required"),
     ("kernel-not-a-string", put("kernel", value=5), "kernel", "expected a str"),
-    ("unknown-kernel", put("kernel", value="conv2d"), "kernel", "unknown kernel family 'conv2d'"),
+    ("unknown-kernel", put("kernel", value="conv3d"), "kernel", "unknown kernel family 'conv3d'"),
     ("missing-template", drop("template"), "template", "is required"),
     ("unknown-template", put("template", value="tensorcore"), "template", "unknown gemm template 'tensorcore'"),
     ("missing-dtype", drop("dtype"), "dtype", "is required"),
