@@ -96,3 +96,36 @@ def test_a_short_conv_run_stores_a_verified_winner(tmp_path, capsys):
     for e in doc["entries"].values():
         assert e["verified"] is True and e["template"] == "direct"
         assert e["error"] < tolerance_for("float32")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_runtime_conv2d_on_never_tuned_shapes(tmp_path, monkeypatch, layout, dtype):
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    for n, c, h, w, k, r, s, stride, pad in ([2, 17, 13, 11, 9, 5, 5, 1, 2], [1, 3, 7, 5, 5, 3, 3, 2, 1]):
+        problem = CONV.problem([n, c, h, w, k, r, s, stride, pad], dtype, layout)
+        x, wt = CONV.make_inputs(problem, seed=3)
+        out = autotune.conv2d(x, wt, stride=stride, padding=pad, layout=layout)
+        ref = CONV.reference(problem, (x, wt))
+        assert out.shape == ref.shape and out.dtype == x.dtype
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        assert err < tolerance_for(dtype), (problem.label, err)
+        launcher = autotune.load("conv2d", dtype=dtype, layout=layout, N=n, C=c, H=h, W=w, K=k, R=r, S=s,
+                                 stride=stride, pad=pad)  # fmt: skip
+        assert launcher.provenance["step"] in ("exact", "nearest", "same-arch", "default")
+
+
+def test_runtime_conv2d_takes_torch_tensors():
+    torch = pytest.importorskip("torch")
+    import autotune
+
+    x = torch.randn(2, 16, 15, 13, device="cuda")
+    w = torch.randn(8, 16, 3, 3, device="cuda")
+    out = autotune.conv2d(x, w, stride=1, padding=1)
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), stride=1, padding=1)
+    assert isinstance(out, torch.Tensor) and out.shape == ref.shape
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) < tolerance_for("float32")
