@@ -195,3 +195,32 @@ def test_report_reads_dtype_and_layout_from_study_names():
         _ceilings_for("nvidia-h200-sm90", None, "float16")["flops"]
         > 10 * _ceilings_for("nvidia-h200-sm90", None)["flops"]
     )
+
+
+def test_export_describes_grid_z_and_scratch_for_split_k_and_conv(tmp_path):
+    import re
+    import shutil
+    import subprocess
+
+    from autotune.export import export
+
+    tuned = tmp_path / "tuned" / "nvidia-h200-sm90"
+    tuned.mkdir(parents=True)
+    gemm_problem = GEMM.problem("64x4096x4096", "float16")
+    split = dict(W, SPLIT_K=4)
+    merge(tuned / "gemm.json", {"kernel": "gemm"}, "float16/NN/64x4096x4096", _entry("wmma", split, gemm_problem, 0.03))
+    conv = FAMILIES["conv2d"]
+    cparams = conv.default_config("float32")[1]
+    cp_ = conv.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
+    merge(tuned / "conv2d.json", {"kernel": "conv2d"}, f"float32/NCHW/{cp_.label}",
+          {"template": "direct", "params": cparams, "verified": True, "median_ms": 0.1,
+           "template_hash": template_hash("conv2d", "direct")})  # fmt: skip
+    paths = export(tmp_path / "tuned", tmp_path / "out")
+    header = paths[0].read_text()
+    grid = GEMM.launch("wmma", split, gemm_problem).grid
+    floats, counters = GEMM.scratch("wmma", split, gemm_problem)
+    row = next(line for line in header.splitlines() if "64x4096x4096" in line)
+    assert f"{grid[2]}u" in row and f"{floats}ull, {counters}ull" in row and grid[2] == 4
+    assert re.search(r'"conv2d", "float32", "NCHW", "n1c64h56w56k64r3s3u1p1", 0, 0, 0', header)
+    if shutil.which("cc"):
+        subprocess.run(["cc", "-fsyntax-only", "-x", "c", str(paths[0])], check=True)
