@@ -308,10 +308,12 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .compiler import nvrtc_version, require_nvrtc
     from .device import current_gpu
     from .evaluate import Settings
+    from .kernels import FAMILIES
     from .progress import Progress
     from .report import final_table, problem_name
     from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
+    from .templates import template_hash
     from .verify import tolerance_for
     from .worker import GPUWorker
 
@@ -322,6 +324,11 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose < 2 else optuna.logging.INFO)
     out_path = tuned_file(args.tuned_dir, gpu.key, spec.kernel)
     read(out_path)  # a corrupt results file is reported now, before any tuning time is spent
+    templates = FAMILIES[spec.kernel].templates
+
+    def installed(template: str) -> str | None:
+        return template_hash(spec.kernel, template) if template in templates else None
+
     storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
     storage = open_storage(storage_url)
     settings = Settings(
@@ -352,7 +359,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
             if outcome.best is not None:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
-                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec))
+                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),
+                               installed=installed)  # fmt: skip
                 stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))
