@@ -255,20 +255,25 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
     if not arch.startswith("sm_") or not arch[3:].isdigit():
         raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
     settings = Settings(arch=arch, tolerance=1.0, max_shared_bytes=max_shared)
-    problem = spec.problems[0]  # kernels take the shape at run time; any problem renders the same source
-    candidates, invalid = [], 0
+    # Kernels take the shape at run time, but the source depends on the dtype, the layout and (for some
+    # templates) the operands' alignment: every distinct source of the spec's problems is compiled once.
+    candidates, invalid, sources = [], 0, set()
     for config in spec.space.enumerate():
-        cand = Candidate(spec.kernel, spec.template, problem, config)
-        if static_check(cand, settings) is None:
-            candidates.append(cand)
-        else:
-            invalid += 1
+        for problem in spec.problems:
+            cand = Candidate(spec.kernel, spec.template, problem, config)
+            if static_check(cand, settings) is not None:
+                invalid += 1
+                continue
+            c = render_candidate(cand, settings)
+            if c.source_hash not in sources:
+                sources.add(c.source_hash)
+                candidates.append(c)
     total = len(candidates)
     if args.limit and args.limit < total:
         candidates = random.Random(spec.seed).sample(candidates, args.limit)
-    rendered = [render_candidate(cand, settings) for cand in candidates]
+    rendered = candidates
     print(
-        f"{spec.path}: {total} valid candidates ({invalid} rejected before compiling); "
+        f"{spec.path}: {total} valid sources ({invalid} candidates rejected before compiling); "
         f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
         file=sys.stderr,
     )
