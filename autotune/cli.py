@@ -255,20 +255,25 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
     if not arch.startswith("sm_") or not arch[3:].isdigit():
         raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
     settings = Settings(arch=arch, tolerance=1.0, max_shared_bytes=max_shared)
-    problem = spec.problems[0]  # kernels take the shape at run time; any problem renders the same source
-    candidates, invalid = [], 0
+    # Kernels take the shape at run time, but the source depends on the dtype, the layout and (for some
+    # templates) the operands' alignment: every distinct source of the spec's problems is compiled once.
+    candidates, invalid, sources = [], 0, set()
     for config in spec.space.enumerate():
-        cand = Candidate(spec.kernel, spec.template, problem, config)
-        if static_check(cand, settings) is None:
-            candidates.append(cand)
-        else:
-            invalid += 1
+        for problem in spec.problems:
+            cand = Candidate(spec.kernel, spec.template, problem, config)
+            if static_check(cand, settings) is not None:
+                invalid += 1
+                continue
+            c = render_candidate(cand, settings)
+            if c.source_hash not in sources:
+                sources.add(c.source_hash)
+                candidates.append(c)
     total = len(candidates)
     if args.limit and args.limit < total:
         candidates = random.Random(spec.seed).sample(candidates, args.limit)
-    rendered = [render_candidate(cand, settings) for cand in candidates]
+    rendered = candidates
     print(
-        f"{spec.path}: {total} valid candidates ({invalid} rejected before compiling); "
+        f"{spec.path}: {total} valid sources ({invalid} candidates rejected before compiling); "
         f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
         file=sys.stderr,
     )
@@ -308,10 +313,12 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .compiler import nvrtc_version, require_nvrtc
     from .device import current_gpu
     from .evaluate import Settings
+    from .kernels import FAMILIES
     from .progress import Progress
     from .report import final_table, problem_name
     from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
+    from .templates import template_hash
     from .verify import tolerance_for
     from .worker import GPUWorker
 
@@ -322,6 +329,11 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose < 2 else optuna.logging.INFO)
     out_path = tuned_file(args.tuned_dir, gpu.key, spec.kernel)
     read(out_path)  # a corrupt results file is reported now, before any tuning time is spent
+    templates = FAMILIES[spec.kernel].templates
+
+    def installed(template: str) -> str | None:
+        return template_hash(spec.kernel, template) if template in templates else None
+
     storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
     storage = open_storage(storage_url)
     settings = Settings(
@@ -352,7 +364,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
             if outcome.best is not None:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
-                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec))
+                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),
+                               installed=installed)  # fmt: skip
                 stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))

@@ -24,6 +24,7 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,14 +214,16 @@ class Launcher:
     """A compiled tuned kernel for one (GPU, dtype, layout, shape); call it like the function it computes."""
 
     def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str,
-                 scratch: tuple[Any, ...] = ()) -> None:  # fmt: skip
+                 new_scratch: Callable[[], tuple[Any, ...]] | None = None) -> None:  # fmt: skip
         self.kernel, self.problem, self.choice = kernel, problem, choice
         self.kernel_name = kernel_name
         self._fn = fn
         self._grid, self._block, self._shared = launch.grid, launch.block, launch.shared_bytes
-        # Split-K partial sums and tile counters, owned by this launcher: launches on one stream are safe,
-        # concurrent launches of the same launcher on two streams are not.
-        self._scratch = scratch
+        # Split-K partial sums and tile counters, one set per stream: launches on one stream are ordered,
+        # launches on two streams (two threads calling gemm()) may overlap and must not share them.
+        self._new_scratch = new_scratch
+        self._scratch: dict[Any, tuple[Any, ...]] = {}
+        self._scratch_lock = threading.Lock()
         import numpy as np
 
         self._family = FAMILIES[kernel]
@@ -240,10 +243,17 @@ class Launcher:
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here)."""
+        scratch: tuple[Any, ...] = ()
+        if self._new_scratch is not None:
+            stream = _stream_key()
+            scratch = self._scratch.get(stream)  # type: ignore[assignment]
+            if scratch is None:
+                with self._scratch_lock:
+                    scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
         if self._gemm:
-            args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *self._scratch)
+            args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *scratch)
         else:
-            args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, self._scratch)
+            args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
         self._fn(self._grid, self._block, args, shared_mem=self._shared)
         return out
 
@@ -256,6 +266,18 @@ _launchers: dict[tuple, Launcher] = {}
 _by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
 _hot: dict[tuple, tuple[Launcher, bool, bool]] = {}  # call signature -> launcher, operands read transposed
 _launchers_lock = threading.Lock()
+
+
+def _stream_key() -> tuple[int, int]:
+    """The current CUDA stream: its handle, and the thread for the per-thread default stream (one handle,
+    a different stream in every thread)."""
+    import cupy as cp
+
+    ptr = cp.cuda.get_current_stream().ptr
+    return ptr, threading.get_ident() if ptr == _PER_THREAD_STREAM else 0
+
+
+_PER_THREAD_STREAM = 2  # cudaStreamPerThread
 
 
 @functools.cache
@@ -306,8 +328,10 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
     from .evaluate import load_kernel
 
     fn = load_kernel(compiled, launch.shared_bytes)
-    scratch = family.new_scratch(choice.template, choice.params, problem)
-    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, scratch)
+    new_scratch = None
+    if family.scratch(choice.template, choice.params, problem) is not None:
+        new_scratch = functools.partial(family.new_scratch, choice.template, dict(choice.params), problem)
+    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch)
     with _launchers_lock:
         _launchers[memo] = launcher
     return launcher

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +61,13 @@ def merge(
     entry: dict[str, Any],
     force: bool = False,
     pareto: list[dict[str, Any]] | None = None,
+    installed: Callable[[str], str | None] | None = None,
 ) -> MergeOutcome:
     """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic.
 
+    A stored entry tuned with another version of its template is replaced regardless of time: ``installed``
+    gives the installed hash of a template name; without it, only an entry of the same template with
+    another hash counts as outdated (an entry of another template is compared by time).
     ``pareto`` (time-energy front points: params, kernel_name, median_ms, energy_j, ..., verified) is merged
     with the stored front of the key even when the entry itself is kept.
     """
@@ -70,7 +75,7 @@ def merge(
         raise ValueError("only verified results may be stored")  # a bug in the caller, not user input
     doc = read(path)
     old = doc["entries"].get(key)
-    stale = old is not None and old.get("template_hash") != entry.get("template_hash")
+    stale = old is not None and _outdated(old, entry, installed)
     if old is not None and not force and not stale and old.get("median_ms", float("inf")) <= entry["median_ms"]:
         why = f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)"
         if pareto:
@@ -96,6 +101,12 @@ def merge(
     else:
         why = f"faster than the stored {old['median_ms']:.4g} ms"
     return MergeOutcome(key, True, why)
+
+
+def _outdated(old: dict[str, Any], new: dict[str, Any], installed: Callable[[str], str | None] | None) -> bool:
+    if installed is not None:
+        return old.get("template_hash") != installed(str(old.get("template")))
+    return old.get("template") == new.get("template") and old.get("template_hash") != new.get("template_hash")
 
 
 def merge_front(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -76,3 +76,20 @@ def test_import_is_light_and_module_entry_point_works():
     )
     assert "Tune parameterized CUDA kernels" in out.stdout
     assert all(f"\n    {cmd} " in out.stdout for cmd in ("run", "ladder", "export", "report", "compare"))
+
+
+def test_compile_only_compiles_every_dtype_and_layout_of_the_spec(tmp_path, capsys):
+    """The source depends on the dtype and layout: each one the spec tunes is compiled, not only the first."""
+    spec = tmp_path / "variants.yaml"
+    spec.write_text(
+        "kernel: gemm\ntemplate: auto\ndtype: [float32, float16]\nlayout: [NN, TN]\nshapes: [[1, 4096, 4096]]\n"
+        "params:\n  TEMPLATE: [skinny]\n"
+        + "".join(f"  {k}: {{values: [{v}], when: \"TEMPLATE == 'skinny'\"}}\n" for k, v in
+                  dict(VEC=4, TX=32, TY=8, MT=1, KR=4, SPLIT_K=1, PREFETCH="true", MINB=2).items())
+    )  # fmt: skip
+    code = main(["run", str(spec), "--compile-only", "--arch", "sm_90", "--jobs", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    names = {ln.split()[0] for ln in captured.out.splitlines() if ln.strip().startswith("gemm_skinny_")}
+    assert {n.split("_vec")[0] for n in names} == {f"gemm_skinny_{d}_{lay}" for d in ("f32", "f16")
+                                                   for lay in ("nn", "tn")}  # fmt: skip

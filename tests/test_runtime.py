@@ -121,3 +121,47 @@ def test_default_tuned_dir_follows_the_environment(monkeypatch, tmp_path):
     assert runtime.default_tuned_dir() == tmp_path
     monkeypatch.delenv(runtime.ENV_TUNED_DIR)
     assert (runtime.default_tuned_dir() / H200 / "gemm.json").is_file()  # the results that ship with the package
+
+
+def test_split_k_scratch_is_not_shared_between_streams(monkeypatch):
+    """Split-K partial sums and tile counters belong to one stream: two threads calling gemm() on their own
+    streams must not reduce into each other's partials or leave each other's counters off zero."""
+    from autotune.kernels.base import Launch
+
+    problem = GEMM.problem("16x4096x4096", "float16")
+    params = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=4, FRAGS_M=1, FRAGS_N=1, BK=64, PAD=8, STAGES=4, RASTER=1,
+                  SPLIT_K=4)  # fmt: skip
+    made, launched = [], []
+
+    def new_scratch():
+        made.append((object(), object()))
+        return made[-1]
+
+    def fn(grid, block, args, shared_mem):
+        launched.append(args[-2:])
+
+    choice = runtime.Choice("wmma", params, "exact", "test")
+    launcher = runtime.Launcher("gemm", problem, choice, fn, Launch((64, 1, 4), (256, 1, 1), 0), "k", new_scratch)
+    stream = ["first"]
+    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    launcher(None, None, None)
+    launcher(None, None, None)
+    stream[0] = "second"
+    launcher(None, None, None)
+    assert launched[0] == launched[1] == made[0]  # one stream: launches are ordered, its buffers are reused
+    assert launched[2] == made[1] and made[1] != made[0]
+
+
+def test_templates_without_scratch_launch_without_it(monkeypatch):
+    from autotune.kernels.base import Launch
+
+    launched = []
+
+    def fn(grid, block, args, shared_mem):
+        launched.append(args)
+
+    choice = runtime.Choice("simt", SMALL, "exact", "test")
+    launcher = runtime.Launcher("gemm", problem("64x64x64"), choice, fn, Launch((1, 1, 1), (128, 1, 1), 0), "k")
+    monkeypatch.setattr(runtime, "_stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
+    launcher("a", "b", "c")
+    assert len(launched[0]) == 8 and launched[0][:3] == ("a", "b", "c")

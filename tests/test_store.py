@@ -94,3 +94,24 @@ def test_an_entry_of_another_template_version_is_replaced_even_if_faster(path):
 def test_written_files_are_readable_by_others(path):
     merge(path, HEADER, "float32/NN/1x1x1", entry(1.0))
     assert path.stat().st_mode & 0o044 == 0o044
+
+
+def test_a_faster_entry_of_another_template_is_kept(path):
+    """'auto' runs store whichever template won: a slower winner of another template is no newer version
+    of the stored one's template and must not replace it."""
+    key = entry_key("float16", "NN", "16x4096x4096")
+    installed = {"wmma": "w1", "skinny": "s1"}.get
+    merge(path, HEADER, key, entry(0.02, template="wmma", template_hash="w1"))
+    out = merge(path, HEADER, key, entry(0.03, template="skinny", template_hash="s1"), installed=installed)
+    assert not out.stored and "kept" in out.why
+    assert read(path)["entries"][key]["template"] == "wmma"
+    # without the installed hashes, only the same template with another hash counts as another version
+    assert not merge(path, HEADER, key, entry(0.03, template="skinny", template_hash="s1")).stored
+
+
+def test_an_entry_whose_template_changed_since_is_replaced_by_any_template(path):
+    key = entry_key("float16", "NN", "16x4096x4096")
+    merge(path, HEADER, key, entry(0.02, template="wmma", template_hash="w0"))
+    installed = {"wmma": "w1", "skinny": "s1"}.get
+    out = merge(path, HEADER, key, entry(0.03, template="skinny", template_hash="s1"), installed=installed)
+    assert out.stored and "another version" in out.why
