@@ -204,3 +204,39 @@ def test_a_short_fp16_run_with_the_template_as_a_search_dimension(tmp_path, caps
     for e in doc["entries"].values():
         assert e["verified"] is True and e["template"] in GEMM.templates and "TEMPLATE" not in e["params"]
         assert e["error"] < tolerance_for("float16") and e["vendor_ratio"] > 0
+
+
+def test_split_k_launches_on_two_streams_do_not_share_scratch(tmp_path, monkeypatch):
+    import threading
+
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    tuned = ROOT / "tuned"
+    launcher = autotune.load("gemm", M=16, N=4096, K=4096, dtype="float16", tuned_dir=tuned)
+    if launcher.config.get("SPLIT_K", 1) == 1:
+        pytest.skip("the tuned entry for this shape does not split K")
+    rng = cp.random.default_rng(9)
+    a = rng.standard_normal((16, 4096), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((4096, 4096), dtype=cp.float32).astype(cp.float16)
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    errors: list[float] = []
+
+    def work() -> None:
+        with cp.cuda.Stream(non_blocking=True) as stream:
+            out = cp.empty((16, 4096), dtype=cp.float16)
+            worst = 0.0
+            for _ in range(40):
+                autotune.gemm(a, b, out=out, tuned_dir=tuned)
+                stream.synchronize()
+                worst = max(worst, _rel(out, ref))
+            errors.append(worst)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 2 and max(errors) < tolerance_for("float16"), errors
