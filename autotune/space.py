@@ -103,16 +103,33 @@ class Space:
 
         yield from rec(0, {})
 
-    def size_by_branch(self) -> int:
-        """Combinations counted branch by branch: parameters under the same condition multiply, different
-        conditions add up (exact for exclusive branches such as ``TEMPLATE == 'x'``; constraints ignored)."""
-        base, branches = 1, {}
+    def size_before_constraints(self, walk_limit: int = 100_000) -> int:
+        """Configurations the ``when`` conditions allow, constraints not applied: exact. The parameters some
+        condition reads are walked value by value (while they span at most ``walk_limit`` combinations; past
+        that the plain product is returned), every other existing parameter multiplies."""
+        deciding = {n for p in self.params if p.when is not None for n in p.when.names}
+        walked = 1
         for p in self.params:
-            if p.when is None:
-                base *= len(p.values)
-            else:
-                branches[p.when.text] = branches.get(p.when.text, 1) * len(p.values)
-        return base * max(1, sum(branches.values()))
+            walked *= len(p.values) if p.name in deciding else 1
+        if walked > walk_limit:
+            return self.size_upper_bound()
+
+        def rec(i: int, values: dict[str, Value]) -> int:
+            if i == len(self.params):
+                return 1
+            p = self.params[i]
+            if p.when is not None and not _condition(p.when, values):
+                return rec(i + 1, values)
+            if p.name not in deciding:
+                return len(p.values) * rec(i + 1, values)
+            total = 0
+            for v in p.values:
+                values[p.name] = v
+                total += rec(i + 1, values)
+                del values[p.name]
+            return total
+
+        return rec(0, {})
 
     def size_upper_bound(self) -> int:
         n = 1

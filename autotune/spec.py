@@ -114,6 +114,9 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     # Without a layout key, the family's first layout (GEMM: NN, conv2d: NCHW).
     layouts = _names(raw, "layout", all_layouts, lambda x: f"unknown layout {x!r}", fail) if "layout" in raw else []
     layouts = layouts or [all_layouts[0]]
+    for lay in layouts:
+        if info.layouts and lay not in info.layouts:
+            raise fail("layout", f"template {template!r} computes {', '.join(info.layouts)}; not {lay!r}")
 
     shapes = raw.get("shapes")
     if not isinstance(shapes, list) or not shapes:
@@ -302,7 +305,7 @@ def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
         if later:
             raise fail(f"params.{p.name}.when", f"reads {later[0]}, which must be declared before {p.name}")
         _check_kind(p, info.kind(p.name), fail)
-    size = Space(params).size_by_branch()
+    size = Space(params).size_before_constraints()
     if size > MAX_SPACE:
         raise fail("params", f"spans {size:,} combinations, more than {MAX_SPACE:,}; narrow the value lists")
 

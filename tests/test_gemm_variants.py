@@ -224,3 +224,16 @@ def test_export_describes_grid_z_and_scratch_for_split_k_and_conv(tmp_path):
     assert re.search(r'"conv2d", "float32", "NCHW", "n1c64h56w56k64r3s3u1p1", 0, 0, 0', header)
     if shutil.which("cc"):
         subprocess.run(["cc", "-fsyntax-only", "-x", "c", str(paths[0])], check=True)
+
+
+def test_a_layout_the_template_does_not_compute_is_refused_when_the_spec_loads():
+    simt = {k: [v] for k, v in dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=4, TN=4, VEC=4, PAD=4,
+                                     DBUF=True).items()}  # fmt: skip
+    raw = {"kernel": "gemm", "template": "simt", "dtype": "float32", "layout": ["NN", "TN"],
+           "shapes": [[64, 64, 64]], "params": simt}  # fmt: skip
+    with pytest.raises(SpecError, match="layout: template 'simt' computes NN; not 'TN'"):
+        parse_spec(raw, "s.yaml")
+    raw.update(template="skinny", layout="NT", params={"VEC": [4], "TX": [32], "TY": [8], "MT": [8], "KR": [4],
+                                                       "SPLIT_K": [1], "PREFETCH": [True], "MINB": [2]})  # fmt: skip
+    with pytest.raises(SpecError, match="computes NN, TN; not 'NT'"):
+        parse_spec(raw, "s.yaml")

@@ -304,3 +304,17 @@ def test_default_start_from_configs_are_enumerated(gemm_spec, gemm_configs):
     assert gemm_spec.start_from
     for config in gemm_spec.start_from:
         assert config.key in keys
+
+
+def test_conditional_spaces_are_sized_exactly_before_constraints():
+    from autotune.expr import Expression
+
+    t = Param("T", ("a", "b"))
+    x = Param("X", (1, 2, 3), Expression("T == 'a'"))
+    y = Param("Y", (1, 2, 3, 4), Expression("T == 'b'"))
+    z = Param("Z", (1, 2), Expression("T != 'c'"))  # overlaps both branches: it multiplies each of them
+    w = Param("W", (5, 6))
+    space = Space((t, x, y, z, w))
+    assert space.size_before_constraints() == (3 + 4) * 2 * 2 == sum(1 for _ in space.enumerate())
+    assert space.size_upper_bound() == 2 * 3 * 4 * 2 * 2
+    assert space.size_before_constraints(walk_limit=1) == space.size_upper_bound()  # too many to walk: the bound

@@ -20,6 +20,7 @@ class TemplateInfo:
     optional: tuple[str, ...] = ()  # parameters that may be conditional (absent from some configurations)
     # parameter -> "int>=1" | "int>=0" | "bool" | "str" | "choice:a,b,c"; unlisted: "int>=1"
     kinds: tuple[tuple[str, str], ...] = ()
+    layouts: tuple[str, ...] = ()  # the operand layouts it computes; empty: every layout of the family
 
     def kind(self, param: str) -> str:
         return dict(self.kinds).get(param, "int>=1")

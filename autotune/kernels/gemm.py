@@ -102,8 +102,10 @@ def _auto_info(templates: dict[str, TemplateInfo]) -> TemplateInfo:
         kinds.update(t.kinds)
     dtypes = tuple(dict.fromkeys(d for t in concrete for d in t.dtypes))
     choice = "choice:" + ",".join(t.name for t in concrete)
+    layouts = tuple(dict.fromkeys(lay for t in concrete for lay in (t.layouts or LAYOUTS)))
     return TemplateInfo("auto", ("TEMPLATE", *params), dtypes, "the template is a search dimension (TEMPLATE)",
-                        optional=tuple(params), kinds=(("TEMPLATE", choice), *kinds.items()))  # fmt: skip
+                        optional=tuple(params), kinds=(("TEMPLATE", choice), *kinds.items()),
+                        layouts=layouts)  # fmt: skip
 
 
 class GemmFamily:
@@ -111,15 +113,26 @@ class GemmFamily:
     shape_help = "[M, N, K] or 'MxNxK' with positive integers"
     layouts = LAYOUTS
     templates = {
-        "naive": TemplateInfo("naive", ("BX", "BY"), ("float32",), "one thread per output, no tiling"),
+        "naive": TemplateInfo("naive", ("BX", "BY"), ("float32",), "one thread per output, no tiling", layouts=("NN",)),
         "simt": TemplateInfo(
             "simt",
             SIMT_PARAMS,
             ("float32",),
             "block, warp and register tiled SIMT",
             kinds=(("PAD", "int>=0"), ("DBUF", "bool")),
+            layouts=("NN",),
         ),  # fmt: skip
-        **{n: TemplateInfo(n, m.PARAMS, tuple(m.DTYPES), m.DESCRIPTION, kinds=m.KINDS) for n, m in MODULES.items()},
+        **{
+            n: TemplateInfo(
+                n,
+                m.PARAMS,
+                tuple(m.DTYPES),
+                m.DESCRIPTION,
+                kinds=m.KINDS,
+                layouts=tuple(getattr(m, "LAYOUTS", LAYOUTS)),
+            )
+            for n, m in MODULES.items()
+        },  # fmt: skip
     }
     templates["auto"] = _auto_info(templates)
 

@@ -13,6 +13,7 @@ PARAMS = ("FRAG", "WARPS_M", "WARPS_N", "FRAGS_M", "FRAGS_N", "BK", "PAD", "STAG
 KINDS = (("FRAG", "str"), ("PAD", "int>=0"))
 DESCRIPTION = "tensor cores through WMMA, multi-stage cp.async pipeline, split-K"
 DTYPES = ("float16", "bfloat16", "tfloat32")
+LAYOUTS = ("NN", "NT", "TN", "TT")
 ALIGNMENT_VARIANT = True  # the source differs for operands whose leading dimension is not whole 16-byte copies
 
 FRAGS = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16), "m16n16k8": (16, 16, 8)}
