@@ -348,6 +348,12 @@ def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
     if type(x) is cp.ndarray and x.dtype.char in _BY_CHAR:  # the common case, first and cheap
         return x, "cupy", _BY_CHAR[x.dtype.char]
     kind = "cupy" if isinstance(x, cp.ndarray) else type(x).__module__.split(".")[0]
+    if kind == "numpy":
+        raise TypeError(f"{name} is a NumPy array in host memory; pass a CuPy array (cupy.asarray) or a GPU tensor")
+    if kind == "torch":
+        if not getattr(x, "is_cuda", False):
+            raise TypeError(f"{name} is a torch tensor on {getattr(x, 'device', 'the host')}; move it to the GPU first")
+        x = x.detach()  # a tensor that requires grad refuses __cuda_array_interface__; the data is the same
     if kind == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
         import torch
 

@@ -165,3 +165,13 @@ def test_templates_without_scratch_launch_without_it(monkeypatch):
     monkeypatch.setattr(runtime, "_stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
     launcher("a", "b", "c")
     assert len(launched[0]) == 8 and launched[0][:3] == ("a", "b", "c")
+
+
+def test_host_arrays_get_one_sentence_before_any_gpu_work():
+    import numpy as np
+
+    for bad in (np.ones((4, 4), np.float32),):
+        with pytest.raises(TypeError, match="NumPy array in host memory"):
+            runtime.gemm(bad, bad)
+    with pytest.raises(TypeError, match="must be a CuPy array"):
+        runtime.gemm([[1.0]], [[1.0]])
