@@ -15,10 +15,11 @@ from typing import Any
 from .errors import AutotuneError
 
 DESCRIPTION = """\
-Tune parameterized CUDA kernels (GEMM, ...) for the GPU you run on.
+Tune parameterized CUDA kernels (GEMM, conv2d) for the GPU you run on.
 
-A spec (YAML) names the kernel family and template, the dtype, the problem shapes, the parameter
-space with its constraints, the budget and the sampler. `autotune run` compiles each candidate with
+A spec (YAML) names the kernel family and template (or `auto`: the template as a search dimension),
+the dtypes and layouts, the problem shapes, the parameter space with its constraints, the objective
+(time, energy or both), the budget and the sampler. `autotune run` compiles each candidate with
 NVRTC, verifies it against a float64 reference on fresh random inputs, times it with CUDA events
 against the vendor library, and stores the fastest verified configuration per shape in
 tuned/<gpu-key>/<kernel>.json. Studies live in runs/ so an interrupted run resumes where it stopped.
@@ -31,6 +32,10 @@ examples:
   autotune run configs/gemm.yaml --compile-only --arch sm_90 --limit 20
                                                       compile a sample of candidates, no GPU needed
   autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
+  autotune run configs/gemm_fp16.yaml                 tensor cores (wmma) for fp16; gemm_bf16.yaml likewise
+  autotune run configs/gemm_skinny.yaml               decode shapes: the skinny template or wmma, with split-K
+  autotune run configs/gemm_energy.yaml               time and J per launch: a Pareto front per shape
+  autotune run configs/conv.yaml                      convolution, the direct template, cuDNN as the baseline
 """
 
 
