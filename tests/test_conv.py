@@ -5,8 +5,6 @@ source runs on the host under a small thread-per-CUDA-thread emulator (g++)."""
 
 from __future__ import annotations
 
-import functools
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from autotune.space import Config
 from autotune.spec import load_spec, parse_spec
 from autotune.store import entry_key
 from autotune.templates import render, template_path
+from tests.host_cuda import HEADER, gxx
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
@@ -233,32 +232,7 @@ def test_configurations_compile_for_sm90_without_spills(dtype, layout):
 # __syncthreads as a std::barrier, blocks one after another, shared memory filled with NaN before each
 # block. It checks indexing, halos, padding, strides and every predicated edge; not the GPU's speed.
 
-EMU_HEADER = r"""#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <thread>
-#include <vector>
-struct dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local dim3 threadIdx;
-dim3 blockIdx, gridDim;
-std::barrier<>* g_bar;
-float* g_smem;
-unsigned g_smem_bytes;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __align__(n) alignas(n)
-template <class T> inline T min(T a, T b) { return a < b ? a : b; }
-struct __half { unsigned short x; };
-inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f; }
-inline __half __float2half_rn(float v) { _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h; }
-"""
+EMU_HEADER = HEADER
 
 EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes
 static std::vector<char> slurp(const std::string& path) {
@@ -296,20 +270,6 @@ int main(int argc, char** argv) {
 """
 
 
-@functools.cache
-def _gxx() -> str | None:
-    gxx = shutil.which("g++")
-    if not gxx:
-        return None
-    probe = subprocess.run(
-        [gxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-        input="#include <barrier>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
-        capture_output=True,
-        text=True,
-    )
-    return gxx if probe.returncode == 0 else None
-
-
 def reference(x, w, p):
     """float64 direct convolution in NCHW (numpy), the same sum as the family's CuPy reference."""
     xp = np.pad(x, ((0, 0), (0, 0), (p.pad, p.pad), (p.pad, p.pad)))
@@ -323,8 +283,8 @@ def reference(x, w, p):
 
 def _emulate(tmp_path, params, problem, smem_short=0):
     """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
-    gxx = _gxx()
-    if gxx is None:
+    compiler = gxx()
+    if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
     r = render("conv2d", "direct", params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
@@ -337,7 +297,7 @@ def _emulate(tmp_path, params, problem, smem_short=0):
     (tmp_path / "main.inc").write_text(EMU_MAIN)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {r.kernel_name}\n#include "main.inc"\n')
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([gxx, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
 
     p = problem
     dt = np.float16 if p.dtype == "float16" else np.float32

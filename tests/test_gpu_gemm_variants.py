@@ -65,31 +65,29 @@ def _cases():
 
 @pytest.mark.parametrize(("dtype", "layout", "params"), list(_cases()))
 def test_wmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    failures = _wrong_on(settings, "wmma", dtype, layout, params, SHAPES)
+    assert not failures, "\n".join(failures)
+
+
+def _wrong_on(settings, template, dtype, layout, params, shapes):
+    """Every shape where the configuration does not verify on fresh random inputs, as text."""
     s = replace(settings, tolerance=tolerance_for(dtype))
     failures = []
-    for shape in SHAPES:
+    for shape in shapes:
         problem = GEMM.problem(list(shape), dtype, layout)
-        r = evaluate(Candidate("gemm", "wmma", problem, Config.of(params)), s)
+        r = evaluate(Candidate("gemm", template, problem, Config.of(params)), s)
         if r.status is Status.INVALID and "SPLIT_K" in (r.reason or ""):
             continue  # split-K wider than a tiny K: rejected before compiling, by design
         if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
             failures.append(f"{shape} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
-    assert not failures, "\n".join(failures)
+    return failures
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 @pytest.mark.parametrize("params", SKINNY, ids=lambda p: f"vec{p['VEC']}-mt{p['MT']}-sk{p['SPLIT_K']}")
 def test_skinny_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
-    s = replace(settings, tolerance=tolerance_for(dtype))
-    failures = []
-    for shape in SKINNY_SHAPES:
-        problem = GEMM.problem(list(shape), dtype, layout)
-        r = evaluate(Candidate("gemm", "skinny", problem, Config.of(params)), s)
-        if r.status is Status.INVALID and "SPLIT_K" in (r.reason or ""):
-            continue
-        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-            failures.append(f"{shape} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+    failures = _wrong_on(settings, "skinny", dtype, layout, params, SKINNY_SHAPES)
     assert not failures, "\n".join(failures)
 
 

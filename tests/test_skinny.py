@@ -6,9 +6,7 @@ the right numbers when its CUDA source runs on the host under a small thread-per
 
 from __future__ import annotations
 
-import functools
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
+from tests.host_cuda import HEADER, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NN", "TN")
@@ -178,53 +177,7 @@ def test_params_and_kinds():
 # always the last to arrive). It checks indexing, edges, the scalar fallback, beta, split-K and the reset
 # of the counters; it cannot check the GPU's memory model or speed.
 
-EMU_HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one std::thread per CUDA thread,
-// blocks run one after another, __syncthreads is a std::barrier.
-#include <algorithm>
-#include <atomic>
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
-struct dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local dim3 threadIdx;
-dim3 blockIdx, gridDim, blockDim;
-std::barrier<>* g_bar;
-float* g_smem;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __align__(n) alignas(n)
-struct uint4 { unsigned x, y, z, w; };
-struct uint2 { unsigned x, y; };
-struct float4 { float x, y, z, w; };
-struct float2 { float x, y; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline float2 make_float2(float a, float b) { return {a, b}; }
-template <class T> T __ldg(const T* p) { return *p; }
-template <class T> T __ldcg(const T* p) { return *p; }
-template <class T> void __stcg(T* p, T v) { *p = v; }
-template <class T> inline T min(T a, T b) { return a < b ? a : b; }
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
-struct __half { unsigned short x; };
-inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f; }
-inline __half __float2half_rn(float v) { _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h; }
-inline __half __ushort_as_half(unsigned short u) { __half h; h.x = u; return h; }
-struct __nv_bfloat16 { unsigned short x; };
-inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((unsigned)h.x << 16); }
-inline __nv_bfloat16 __float2bfloat16_rn(float v) {
-  unsigned u; std::memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u); __nv_bfloat16 h; h.x = (unsigned short)(u >> 16); return h;
-}
-"""
+EMU_HEADER = HEADER
 
 EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_floats b_offset reps
 static std::vector<char> slurp(const char* path) {
@@ -273,20 +226,6 @@ int main(int argc, char** argv) {
 """
 
 
-@functools.cache
-def _gxx() -> str | None:
-    gxx = shutil.which("g++")
-    if not gxx:
-        return None
-    probe = subprocess.run(
-        [gxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-        input="#include <barrier>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
-        capture_output=True,
-        text=True,
-    )
-    return gxx if probe.returncode == 0 else None
-
-
 def _bits(x, dtype):
     if dtype == "bfloat16":
         u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -302,8 +241,8 @@ def _values(raw, dtype, shape):
 
 
 def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
-    gxx = _gxx()
-    if gxx is None:
+    compiler = gxx()
+    if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
     name = name_of(p, dtype, layout)
     src = sk.render(p, dtype, layout, name)
@@ -314,7 +253,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     (tmp_path / "main.inc").write_text(EMU_MAIN)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {name}\n#include "main.inc"\n')
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([gxx, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
 
     M, N, K = shape
     rng = np.random.default_rng(0)
