@@ -357,6 +357,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
                                              "multiprocessors": gpu.multiprocessors}}  # fmt: skip
     outcomes, stored = [], {}
     with GPUWorker() as worker, CompilePool(gpu.arch, jobs=args.jobs, timeout_s=args.timeout * 4) as compiler:
+        worker.warm()
+        compiler.warm()
         for i, problem in enumerate(problems, 1):
             bar = Progress(f"[{i}/{len(problems)}] {problem_name(problem)}", trials, minutes * 60 if minutes else None)
             shape_settings = replace(settings, tolerance=tolerance_for(problem.dtype, spec.tolerance))
@@ -364,7 +366,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
                 spec, problem, shape_settings, storage, trials=trials, minutes=minutes, evaluator=worker,
                 compiler=compiler, prefetch=max(4, 2 * args.jobs), abort_ratio=args.abort_ratio, progress=bar.update,
             )  # fmt: skip
-            bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}")
+            repaired = f" ({outcome.repaired} repaired to a feasible neighbour)" if outcome.repaired else ""
+            bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}{repaired}")
             outcomes.append(outcome)
             if outcome.best is not None:
                 entry = _entry(spec, outcome, shape_settings, versions)

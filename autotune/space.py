@@ -138,6 +138,46 @@ class Space:
         return n
 
 
+class Nearest:
+    """Finds the configuration of a list closest to a given one: a model-based sampler's proposal that breaks
+    a constraint is repaired to its nearest feasible neighbour instead of being asked for again.
+
+    Distance: for each parameter, the difference of value positions over the number of values (0..1), and 1
+    where only one of the two configurations has the parameter. Ties break in a seeded random order.
+    """
+
+    def __init__(self, space: Space, configs: Sequence[Config], seed: int = 0) -> None:
+        import numpy as np
+
+        self._space, self._configs = space, list(configs)
+        self._position = [{v: i for i, v in enumerate(p.values)} for p in space.params]
+        self._index = np.array([self._vector(c.as_dict()) for c in self._configs], dtype=np.float64).reshape(
+            len(self._configs), len(space.params)
+        )
+        self._jitter = np.random.default_rng(seed).random(len(self._configs)) * 1e-6
+
+    def _vector(self, values: Mapping[str, Value]) -> list[float]:
+        out = []
+        for p, pos in zip(self._space.params, self._position, strict=True):
+            v = values.get(p.name)
+            out.append(pos[v] / max(1, len(p.values) - 1) if p.name in values and v in pos else -1.0)
+        return out
+
+    def __call__(self, values: Mapping[str, Value], skip: Callable[[Config], bool]) -> Config | None:
+        """The nearest configuration for which ``skip`` is false, or None if every one is skipped."""
+        import numpy as np
+
+        if not self._configs:
+            return None
+        x = np.array(self._vector(values))
+        present = (self._index >= 0) & (x >= 0)
+        distance = np.where(present, np.abs(self._index - x), (self._index >= 0) != (x >= 0)).sum(axis=1)
+        for i in np.argsort(distance + self._jitter, kind="stable"):
+            if not skip(self._configs[i]):
+                return self._configs[i]
+        return None
+
+
 def _condition(expr: Expression, values: Mapping[str, Value]) -> bool:
     # A condition over a parameter that does not exist (itself conditional) is false.
     if not expr.names <= values.keys():

@@ -94,6 +94,11 @@ class GPUWorker:
         child.close()
         self._conn = parent
 
+    def warm(self) -> None:
+        """Start the worker process now, so its imports overlap the parent's start-up work."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()

@@ -43,3 +43,37 @@ def test_a_hanging_compile_times_out_and_the_pool_recovers():
         assert time.monotonic() - t0 < 30
         assert pool.result(fast).ok  # resubmitted to the new pool if it had not finished
         assert pool.result(pool.submit(rendered(32, 4))).ok
+
+
+def _sleepy_compile(source, kernel_name, arch):
+    """bx64 takes 3 s, everything else is immediate."""
+    if "bx64" in kernel_name:
+        time.sleep(3)
+    return fake_compile(source, kernel_name, arch)
+
+
+def test_first_ready_skips_a_slow_compile_at_the_head_of_the_queue():
+    with CompilePool("sm_90", jobs=2, compile_fn=_sleepy_compile, timeout_s=60.0) as pool:
+        pool.warm()
+        keys = [pool.submit(rendered(64, 1)), pool.submit(rendered(16, 16)), pool.submit(rendered(32, 4))]
+        t0 = time.monotonic()
+        first = pool.first_ready(keys)
+        assert first in (1, 2) and time.monotonic() - t0 < 2.5
+        assert pool.result(keys[first]).ok
+        assert pool.first_ready([keys[0]]) == 0  # only the slow one left: waits for it
+        assert pool.result(keys[0]).ok and time.monotonic() - t0 >= 2.5
+
+
+def test_first_ready_gives_up_on_a_hung_compile_at_its_deadline():
+    with CompilePool("sm_90", jobs=2, compile_fn=slow_compile, timeout_s=1.0) as pool:
+        key = pool.submit(rendered(64, 1))
+        t0 = time.monotonic()
+        assert pool.first_ready([key]) == 0
+        r = pool.result(key)
+        assert not r.ok and "timed out" in r.error and time.monotonic() - t0 < 30
+
+
+def test_a_single_job_pool_keeps_submission_order():
+    with CompilePool("sm_90", jobs=1, compile_fn=fake_compile) as pool:
+        keys = [pool.submit(rendered(bx, 4)) for bx in (8, 16, 32)]
+        assert pool.first_ready(keys) == 0

@@ -264,3 +264,29 @@ def test_editing_the_space_starts_a_new_study_instead_of_crashing(spec_file, tmp
     path.write_text(path.read_text().replace("BX: [4, 8, 16, 32, 64]", "BX: [4, 8, 16, 32, 64, 128]"))
     after = run(load_spec(path), storage, FakeEvaluator(), trials=4)
     assert after.study_name != before.study_name and after.new == 4
+
+
+def test_an_infeasible_tpe_proposal_is_repaired_to_its_nearest_feasible_neighbour(spec_file, tmp_path):
+    """Each sampled configuration that breaks a constraint is followed by its nearest feasible, unseen
+    neighbour (enqueued, so the sampler is not asked again): every ask of the sampler yields a candidate."""
+    spec = load_spec(spec_file("tpe"))
+    storage = open_storage(str(tmp_path / "s.journal"))
+    out = run(spec, storage, FakeEvaluator(), trials=20)
+    assert out.statuses.get("invalid", 0) > 0, "the naive space has infeasible corners TPE proposes"
+    assert out.repaired == out.statuses["invalid"]
+    trials = optuna.load_study(study_name=out.study_name, storage=storage).get_trials(deepcopy=False)
+    by_number = {t.number: t for t in trials}
+    for t in trials:
+        if t.user_attrs.get("status") == "invalid":
+            follower = by_number[t.number + 1]
+            assert "fixed_params" in follower.system_attrs, "the repair is enqueued, not sampled"
+            assert follower.user_attrs["status"] != "invalid"
+    sampled = [t for t in trials if "fixed_params" not in t.system_attrs and "duplicate_of" not in t.user_attrs]
+    assert len(sampled) <= out.evaluated  # without the repair: evaluated + invalid
+
+
+def test_random_and_brute_never_need_a_repair(spec_file, tmp_path):
+    for sampler in ("random", "brute"):
+        spec = load_spec(spec_file(sampler))
+        out = run(spec, open_storage(str(tmp_path / f"{sampler}.journal")), FakeEvaluator(), trials=10)
+        assert out.repaired == 0 and out.statuses.get("invalid", 0) == 0

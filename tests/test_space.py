@@ -318,3 +318,34 @@ def test_conditional_spaces_are_sized_exactly_before_constraints():
     assert space.size_before_constraints() == (3 + 4) * 2 * 2 == sum(1 for _ in space.enumerate())
     assert space.size_upper_bound() == 2 * 3 * 4 * 2 * 2
     assert space.size_before_constraints(walk_limit=1) == space.size_upper_bound()  # too many to walk: the bound
+
+
+def test_nearest_finds_the_closest_feasible_configuration_and_honours_skip():
+    from autotune.space import Nearest
+
+    space = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8))), (Expression("A * B <= 8"),))
+    feasible = list(space.enumerate())
+    near = Nearest(space, feasible, seed=0)
+    assert near({"A": 8, "B": 8}, lambda c: False).as_dict() in ({"A": 8, "B": 1}, {"A": 1, "B": 8},
+                                                                 {"A": 4, "B": 2}, {"A": 2, "B": 4})  # fmt: skip
+    assert near({"A": 4, "B": 4}, lambda c: False).as_dict() in ({"A": 4, "B": 2}, {"A": 2, "B": 4})
+    taken = {"A=4,B=2", "A=2,B=4"}
+    assert near({"A": 4, "B": 4}, lambda c: c.key in taken).key not in taken
+    assert near({"A": 4, "B": 4}, lambda c: True) is None
+
+
+def test_nearest_counts_a_missing_conditional_parameter_as_far():
+    from autotune.space import Nearest
+
+    space = Space(
+        (
+            Param("T", ("x", "y")),
+            Param("A", (1, 2, 4), Expression("T == 'x'")),
+            Param("B", (1, 2), Expression("T == 'y'")),
+        )
+    )
+    feasible = list(space.enumerate())
+    near = Nearest(space, feasible)
+    # a proposal with T=x and A=4 that is taken: the nearest is another T=x configuration, not a T=y one
+    got = near({"T": "x", "A": 4}, lambda c: c.key == "A=4,T=x")
+    assert got.as_dict() == {"T": "x", "A": 2}
