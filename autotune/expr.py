@@ -64,6 +64,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 
 MAX_LENGTH = 1000  # characters in one expression: enough for any constraint, bounded parse work
 _MAX_POWER = 64  # keeps ``2 ** 10 ** 10`` from stalling the process
+_MEMO_SIZE = 1 << 16  # remembered results per expression
 _MAX_BITS = 256  # integers larger than this are no tile size; refusing them keeps every step cheap
 
 
@@ -96,6 +97,8 @@ class Expression:
     text: str
     names: frozenset[str] = field(init=False)
     _tree: ast.Expression = field(init=False, repr=False, compare=False)
+    _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _memo: dict[tuple[Any, ...], Any] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.text) > MAX_LENGTH:
@@ -113,10 +116,25 @@ class Expression:
                 names.add(node.id)
         object.__setattr__(self, "_tree", tree)
         object.__setattr__(self, "names", frozenset(names))
+        object.__setattr__(self, "_order", tuple(sorted(names)))
 
     def evaluate(self, values: Mapping[str, Any]) -> Any:
-        """Value of the expression with parameter names bound from ``values``."""
-        return _eval(self._tree.body, values, self.text)
+        """Value of the expression with parameter names bound from ``values``.
+
+        Remembered per combination of the values it reads: enumerating a space evaluates a constraint over
+        a few parameters for the same few combinations thousands of times.
+        """
+        try:
+            key = tuple((type(values[n]), values[n]) for n in self._order)
+        except (KeyError, TypeError):  # a missing name raises its own error below; unhashable: no memo
+            return _eval(self._tree.body, values, self.text)
+        if key in self._memo:
+            return self._memo[key]
+        result = _eval(self._tree.body, values, self.text)
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = result
+        return result
 
 
 _ALLOWED = (

@@ -408,3 +408,20 @@ def test_expressions_that_would_explode_or_crash_are_refused(text, message):
     # Regressions: each of these once escaped as a raw exception or ran for seconds.
     with pytest.raises(ConstraintError, match=re.escape(message)):
         Expression(text).evaluate({"BM": 4})
+
+
+def test_remembered_results_match_fresh_evaluation_and_errors_still_raise():
+    text = "X % 3 == 1 and 10 // Y >= 2 or min(X, Y) == 4"
+    e = Expression(text)
+    for _ in range(2):  # the second pass is answered from the memo
+        for x in range(1, 9):
+            for y in range(1, 9):
+                assert e.evaluate({"X": x, "Y": y}) == Expression(text).evaluate({"X": x, "Y": y}), (x, y)
+    smaller = Expression("min(X, 2)")
+    assert smaller.evaluate({"X": 1}) == 1
+    assert smaller.evaluate({"X": True}) is True  # True == 1, yet not answered with the remembered 1
+    for _ in range(2):  # an error is never remembered as a value
+        with pytest.raises(ConstraintError, match="divides by zero"):
+            e.evaluate({"X": 1, "Y": 0})
+    with pytest.raises(ConstraintError, match="not a parameter"):
+        e.evaluate({"X": 1})
