@@ -331,3 +331,24 @@ def test_emulated_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, 
     err, conflicts, loads = emulate(tmp_path, params, dtype, layout, (M, N, K), alpha, beta)
     assert err < TOL[dtype], f"relative error {err:.2e}"
     assert loads > 0 and conflicts == 0, f"{conflicts} bank conflicts in {loads} ldmatrix"
+
+
+@pytest.mark.parametrize("spec_file", ["gemm_fp16.yaml", "gemm_bf16.yaml"])
+def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
+    from pathlib import Path
+
+    from autotune.evaluate import static_check
+    from autotune.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "configs" / spec_file)
+    starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
+    assert len(starts) >= 3
+    aligned = [p for p in spec.problems if GEMM.check_problem("mma", P, p) is None]
+    assert any(p.label == "8192x8192x8192" for p in aligned)
+    for config in spec.start_from:
+        for problem in aligned:
+            assert static_check(Candidate("gemm", "auto", problem, config), SETTINGS) is None, (config, problem)
+    for config in starts:
+        c = render_candidate(Candidate("gemm", "auto", aligned[0], config), SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, (config, r.error, r.spills)
