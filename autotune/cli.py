@@ -32,7 +32,7 @@ examples:
   autotune run configs/gemm.yaml --compile-only --arch sm_90 --limit 20
                                                       compile a sample of candidates, no GPU needed
   autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
-  autotune run configs/gemm_fp16.yaml                 tensor cores (wmma) for fp16; gemm_bf16.yaml likewise
+  autotune run configs/gemm_fp16.yaml                 tensor cores (wmma, mma) for fp16; gemm_bf16.yaml too
   autotune run configs/gemm_skinny.yaml               decode shapes: the skinny template or wmma, with split-K
   autotune run configs/gemm_energy.yaml               time and J per launch: a Pareto front per shape
   autotune run configs/conv.yaml                      convolution, the direct template, cuDNN as the baseline

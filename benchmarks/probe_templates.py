@@ -1,7 +1,8 @@
 """Quick look before tuning: a few hand-picked configurations per template, verified and timed against
 the vendor library in this process. Prints one row per (config, shape); never stops at a failure.
 
-    python3 benchmarks/probe_templates.py [--template wmma] [--dtype float16] [--shapes 4096x4096x4096 ...]
+    python3 benchmarks/probe_templates.py [--template wmma [mma ...]] [--dtype float16] [--shapes 4096x4096x4096 ...]
+    python3 benchmarks/probe_templates.py --template mma wmma --shapes 8192x8192x8192 4096x4096x4096
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from autotune.verify import tolerance_for
 
 GEMM = FAMILIES["gemm"]
 W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)
+MMA = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
 CONFIGS = {
     "wmma": [
         W,
@@ -31,12 +33,23 @@ CONFIGS = {
         dict(W, FRAGS_N=8, FRAGS_M=2, WARPS_N=2, RASTER=8),
         dict(W, WARPS_N=4, PAD=16, RASTER=8),
     ],
+    # mma.sync + ldmatrix: the issue's first candidates (128x256 and 256x128 blocks of 64x64 warp tiles)
+    "mma": [
+        MMA,
+        dict(MMA, BM=256, BN=128),
+        dict(MMA, STAGES=3),
+        dict(MMA, BK=64, STAGES=3),
+        dict(MMA, BN=128, STAGES=4),
+        dict(MMA, BN=128, BK=64, WN=32, STAGES=3),
+        dict(MMA, SWIZZLE=False),
+        dict(MMA, RASTER=16),
+    ],
 }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--template", default="wmma", choices=sorted(CONFIGS))
+    ap.add_argument("--template", nargs="+", default=["wmma"], choices=sorted(CONFIGS))
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--layout", default="NN")
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"])
@@ -51,9 +64,9 @@ def main() -> int:
         problem = GEMM.problem(shape, args.dtype, args.layout)
         vendor = time_vendor("gemm", problem, flush, settings.timing)
         vname, vt = vendor if vendor else ("-", None)
-        for params in CONFIGS[args.template]:
+        for template, params in [(t, p) for t in args.template for p in CONFIGS[t]]:
             try:
-                r = evaluate(Candidate("gemm", args.template, problem, Config.of(params)), settings)
+                r = evaluate(Candidate("gemm", template, problem, Config.of(params)), settings)
             except Exception as exc:  # a probe reports everything and goes on
                 print(f"{shape} {params}: ERROR {type(exc).__name__}: {exc}", flush=True)
                 continue

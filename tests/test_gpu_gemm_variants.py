@@ -83,6 +83,33 @@ def _wrong_on(settings, template, dtype, layout, params, shapes):
     return failures
 
 
+MMA_P = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
+MMA = [MMA_P, dict(MMA_P, BM=256, BN=128), dict(MMA_P, BN=128, BK=64, WN=32, STAGES=3, RASTER=1),
+       dict(MMA_P, BK=64, STAGES=3, SWIZZLE=False), dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=2, SWIZZLE=True,
+                                                         RASTER=3)]  # fmt: skip
+# dims multiples of 8 but not of the tiles; then per layout the extents that are no leading dimension made odd
+MMA_SHAPES = [(8, 8, 8), (136, 264, 72), (4096, 4104, 4088)]
+MMA_ODD = {"NN": (129, 264, 72), "NT": (129, 263, 72), "TN": (136, 264, 77), "TT": (136, 263, 72)}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    "params", MMA, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}s{p['STAGES']}sw{int(p['SWIZZLE'])}"
+)
+def test_mma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    failures = _wrong_on(settings, "mma", dtype, layout, params, [*MMA_SHAPES, MMA_ODD[layout]])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mma_relaunches_with_alpha_beta(settings, dtype):
+    for layout in LAYOUTS:
+        problem = GEMM.problem(list(MMA_ODD[layout]), dtype, layout)
+        errors = _launch_twice(settings, "mma", MMA_P, problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for(dtype) for e in errors), (layout, errors)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 @pytest.mark.parametrize("params", SKINNY, ids=lambda p: f"vec{p['VEC']}-mt{p['MT']}-sk{p['SPLIT_K']}")

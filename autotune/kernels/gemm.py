@@ -6,7 +6,7 @@ Dtypes: float32, float16, bfloat16 (inputs and C in that type, fp32 accumulation
 (float32 arrays, tf32 tensor-core math: lower precision, its own tolerance).
 
 Derived quantities (threads, warp iterations, shared memory) are computed here and in the per-template
-modules (gemm_wmma.py), and only there; the templates receive them in their render context and mirror
+modules (gemm_wmma.py, gemm_mma.py), and only there; the templates receive them in their render context and mirror
 each check with a ``static_assert``. The "auto" template makes the template itself a search dimension:
 its TEMPLATE parameter picks one, and the other parameters exist under their template's branch.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import gemm_skinny, gemm_wmma
+from . import gemm_mma, gemm_skinny, gemm_wmma
 from .base import Launch, Params, TemplateInfo
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
@@ -89,7 +89,7 @@ def problem_variant(p: GemmProblem) -> dict[str, Any]:
 
 SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF")
 # Templates rendered with a dtype/layout variant, each described by its own module.
-MODULES: dict[str, Any] = {"wmma": gemm_wmma, "skinny": gemm_skinny}
+MODULES: dict[str, Any] = {"wmma": gemm_wmma, "mma": gemm_mma, "skinny": gemm_skinny}
 
 
 def _auto_info(templates: dict[str, TemplateInfo]) -> TemplateInfo:

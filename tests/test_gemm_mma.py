@@ -1,0 +1,354 @@
+# ruff: noqa: E501 - the host emulator below is C++ kept in strings
+"""The mma.sync GEMM template without a GPU: checks mirrored by static_asserts, launch geometry, NVRTC
+compiles for sm_90 without spills, and the kernel's numbers when its CUDA source runs on the host with
+lane-exact emulations of mma.sync m16n8k16, ldmatrix (.trans) and cp.async (PTX ISA fragment layouts)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune.compiler import compile_source
+from autotune.evaluate import Candidate, Settings, render_candidate
+from autotune.kernels import FAMILIES
+from autotune.kernels import gemm_mma as mm
+from autotune.space import Config
+from autotune.templates import render
+from tests.host_cuda import HEADER, gxx
+
+GEMM = FAMILIES["gemm"]
+SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
+LAYOUTS = ("NN", "NT", "TN", "TT")
+P = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
+# Configurations the GPU probes first, and smaller ones that exercise the other code paths.
+GOOD = {
+    "128x256x32s4": P,
+    "256x128x32s4": dict(P, BM=256, BN=128),
+    "128x128x32s4": dict(P, BN=128),
+    "128x128x64s3_w64x32": dict(P, BN=128, BK=64, WN=32, STAGES=3, RASTER=1),
+    "128x256x64s3_pad": dict(P, BK=64, STAGES=3, SWIZZLE=False),
+    "64x64x16s2": dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=2, SWIZZLE=True, RASTER=1),
+}
+
+
+def test_checks_name_the_broken_rule():
+    assert mm.check(P) is None
+    cases = [
+        (dict(P, WM=48), "must divide the block tile"),
+        (dict(P, BM=48, WM=24), "multiples of 16"),
+        (dict(P, BK=24), "BK must be a multiple of 16"),
+        (dict(P, BM=256, BN=512, WM=32, WN=32), "threads per block exceeds 1024"),
+        (dict(P, WM=128, BM=128), "accumulators per thread"),
+        (dict(P, STAGES=1), "STAGES must be 2 to 5"),
+        (dict(P, STAGES=6), "STAGES must be 2 to 5"),
+        (dict(P, BK=48), "power of two or a multiple of 64"),
+        (dict(P, RASTER=0), "RASTER must be at least 1"),
+    ]
+    for params, fragment in cases:
+        reason = mm.check(params)
+        assert reason is not None and fragment in reason, (params, reason)
+    assert mm.check(dict(P, BK=48, SWIZZLE=False)) is None  # padding takes any multiple of 16
+
+
+@pytest.mark.parametrize(
+    ("shape", "layout", "fragment"),
+    [
+        ("256x256x260", "NN", "multiples of 8 (16-byte rows), not 260 and 256 in layout NN"),
+        ("256x258x256", "NN", "not 256 and 258"),
+        ("250x256x256", "TN", "not 250 and 256"),
+        ("256x256x250", "NT", "not 250 and 250"),
+    ],
+)
+def test_problems_without_16_byte_rows_are_refused_with_one_sentence(shape, layout, fragment):
+    reason = GEMM.check_problem("mma", P, GEMM.problem(shape, "float16", layout))
+    assert reason is not None and fragment in reason and reason.count(". ") == 0, reason
+    # the other operand's extent is free: N odd in NT and TT, M odd in NN and NT, K odd in TN
+    for ok, lay in (("256x257x256", "NT"), ("255x256x256", "NN"), ("256x256x255", "TN"), ("255x257x256", "NT")):
+        assert GEMM.check_problem("mma", P, GEMM.problem(ok, "bfloat16", lay)) is None, (ok, lay)
+    assert "mma computes float16, bfloat16, not float32" in GEMM.check_problem(
+        "mma", P, GEMM.problem("256x256x256", "float32")
+    )
+
+
+def test_geometry_and_shared_memory():
+    p = GEMM.problem("8192x8192x8192", "float16")
+    launch = GEMM.launch("mma", P, p)
+    assert launch.grid == (32, 64, 1) and launch.block == (256, 1, 1)
+    assert launch.shared_bytes == 4 * (128 * 32 + 32 * 256) * 2
+    padded = dict(P, SWIZZLE=False)
+    # rows padded by 8 elements, stage buffers rounded up to 128 bytes
+    assert mm.shared_bytes(padded, "NN") == 4 * (128 * 40 + 32 * 264) * 2
+    assert mm.shared_bytes(padded, "TT") == 4 * (32 * 136 + 256 * 40) * 2
+    # tiny pipelines: the epilogue's staging (16 rows of WN + 8 floats per warp) sets the size
+    small = GOOD["64x64x16s2"]
+    assert mm.shared_bytes(small, "NN") == max(2 * (64 * 16 + 16 * 64) * 2, 4 * 16 * 40 * 4)
+    assert GEMM.scratch("mma", P, p) == (0, 0)
+    assert GEMM.launch("mma", P, GEMM.problem("8x8x8", "float16")).grid == (1, 1, 1)
+    name = GEMM.kernel_name("mma", P, GEMM.problem("136x264x72", "bfloat16", "TN"))
+    assert name == "gemm_mma_bf16_tn_bm128_bn256_bk32_wm64_wn64_stages4_swizzle1_raster8"
+    assert "mma" in GEMM.templates and "mma" in GEMM.templates["auto"].kind("TEMPLATE")
+    assert GEMM.check("auto", {"TEMPLATE": "mma", **P}) is None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_compiles_for_sm90_without_spills(dtype, layout):
+    problem = GEMM.problem("4096x4104x4088", dtype, layout)
+    for label, params in GOOD.items():
+        c = render_candidate(Candidate("gemm", "mma", problem, Config.of(params)), SETTINGS)
+        assert c.status is None, f"{label}: {c.reason}"
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{label}: {r.error}"
+        assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
+        assert "mma.sync" not in c.source or "ldmatrix" in c.source
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (dict(P, BK=48), "with SWIZZLE, BM, BN and BK must each be a power of two or a multiple of 64"),
+        (dict(P, STAGES=6), "STAGES must be 2 to 5"),
+        (dict(P, WM=128, BM=256), "at most 128 accumulators per thread"),
+        (dict(P, WN=24, BN=240), "WM and WN must be multiples of 16"),
+    ],
+)
+def test_a_config_the_checks_reject_trips_a_static_assert_when_compiled_anyway(params, message):
+    assert mm.check(params) is not None
+    r = render("gemm", "mma", params, GEMM.problem("256x256x256", "float16"))
+    result = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not result.ok and message in result.log, result.log[-500:]
+
+
+# --- the kernel's arithmetic, run on the host ---------------------------------------------------------
+# One std::thread per CUDA thread, a std::barrier per block and one per warp. The PTX wrappers are replaced
+# by lane-exact emulations: every lane publishes its operands (fragment registers or row addresses) to its
+# warp, the warp meets at the barrier, and each lane takes what the PTX ISA's fragment layouts give it.
+# cp.async copies land only when cp.async.wait_group lets them (the latest the hardware may), so a missing
+# wait reads stale shared memory (NaN-poisoned); ldmatrix checks alignment and counts bank conflicts.
+
+EMU_PTX = r"""
+#define AUTOTUNE_HOST_EMULATION
+struct WarpExchange { const unsigned short* rows[32]; unsigned a[32][4]; unsigned b[32][2]; };
+std::barrier<>* g_warp_bar[32];
+WarpExchange g_wx[32];
+unsigned char* g_smem_base;
+size_t g_smem_size;
+std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+
+struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; };
+thread_local std::vector<PendingCopy> t_open;
+thread_local std::vector<std::vector<PendingCopy>> t_groups;
+inline void cp_async16(void* dst, const void* src, bool in_bounds) {
+  PendingCopy c; c.dst = (unsigned char*)dst;
+  if ((uintptr_t)dst % 16 || c.dst < g_smem_base || c.dst + 16 > g_smem_base + g_smem_size) { fprintf(stderr, "cp.async: bad shared address\n"); abort(); }
+  if (in_bounds) { if ((uintptr_t)src % 16) { fprintf(stderr, "cp.async: unaligned global address\n"); abort(); } std::memcpy(c.bytes, src, 16); }
+  else std::memset(c.bytes, 0, 16);
+  t_open.push_back(c);
+}
+inline void cp_async_commit() { t_groups.push_back(t_open); t_open.clear(); }
+template <int N> inline void cp_async_wait() {
+  while (t_groups.size() > (size_t)N) {
+    for (auto& c : t_groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    t_groups.erase(t_groups.begin());
+  }
+}
+
+inline void ldmatrix_any(unsigned (&r)[4], const void* p, bool trans) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  const unsigned char* q = (const unsigned char*)p;
+  if ((uintptr_t)q % 16 || q < g_smem_base || q + 16 > g_smem_base + g_smem_size) { fprintf(stderr, "ldmatrix: bad row address\n"); abort(); }
+  g_wx[w].rows[l] = (const unsigned short*)p;
+  __syncwarp();
+  if (l == 0) {  // each 8x8 matrix is one phase: its eight 16-byte rows should sit in eight bank groups
+    long conflicts = 0;
+    for (int m = 0; m < 4; ++m) {
+      unsigned seen = 0;
+      for (int i = 0; i < 8; ++i) {
+        const unsigned group = (unsigned)(((const unsigned char*)g_wx[w].rows[8 * m + i] - g_smem_base) / 16 % 8);
+        conflicts += (seen >> group) & 1u; seen |= 1u << group;
+      }
+    }
+    g_conflicts += conflicts; g_ldmatrix += 1;
+  }
+  for (int m = 0; m < 4; ++m) {
+    unsigned lo, hi;
+    if (!trans) {  // lane l: row l / 4 of matrix m, elements 2 (l % 4) and 2 (l % 4) + 1
+      const unsigned short* row = g_wx[w].rows[8 * m + l / 4];
+      lo = row[2 * (l % 4)], hi = row[2 * (l % 4) + 1];
+    } else {  // the same position of the transposed matrix: column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1
+      lo = g_wx[w].rows[8 * m + 2 * (l % 4)][l / 4], hi = g_wx[w].rows[8 * m + 2 * (l % 4) + 1][l / 4];
+    }
+    r[m] = lo | (hi << 16);
+  }
+  __syncwarp();
+}
+inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { ldmatrix_any(r, p, false); }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { ldmatrix_any(r, p, true); }
+
+inline float bits_to_float(unsigned short h, __half*) { return __half2float(__ushort_as_half(h)); }
+inline float bits_to_float(unsigned short h, __nv_bfloat16*) { return __uint_as_float((unsigned)h << 16); }
+// d += A (16x16, row) B (16x8, col); groupID g = lane / 4, q = lane % 4 (PTX ISA, mma.m16n8k16 .f16/.bf16):
+// a0 (g, 2q..2q+1), a1 (g+8, 2q..), a2 (g, 2q+8..), a3 (g+8, 2q+8..); b0 (k 2q..2q+1, n g), b1 (k 2q+8.., n g);
+// c0, c1 (g, 2q..2q+1), c2, c3 (g+8, 2q..2q+1)
+template <class X>
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) g_wx[w].a[l][i] = a[i];
+  for (int i = 0; i < 2; ++i) g_wx[w].b[l][i] = b[i];
+  __syncwarp();
+  auto half = [](unsigned reg, int k) { return (unsigned short)(k % 2 ? reg >> 16 : reg & 0xffffu); };
+  auto A_ = [&](int r, int k) { return bits_to_float(half(g_wx[w].a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k), (X*)nullptr); };
+  auto B_ = [&](int k, int n) { return bits_to_float(half(g_wx[w].b[n * 4 + (k % 8) / 2][k / 8], k), (X*)nullptr); };
+  const int g = l / 4, q = l % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
+    float s = d[e];
+    for (int k = 0; k < 16; ++k) s += A_(row, k) * B_(k, col);
+    d[e] = s;
+  }
+  __syncwarp();
+}
+"""
+
+EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes
+static std::vector<char> slurp(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
+  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
+}
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
+  float alpha = atof(argv[5]), beta = atof(argv[6]);
+  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), 1u};
+  int threads = atoi(argv[9]); size_t smem_bytes = atol(argv[10]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto a = slurp(dir + "/a.bin"); auto b = slurp(dir + "/b.bin"); auto c = slurp(dir + "/c.bin");
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
+  g_smem_size = smem_bytes;
+  g_smem = (float*)g_smem_base;
+  for (unsigned y = 0; y < gridDim.y; ++y)
+    for (unsigned x = 0; x < gridDim.x; ++x) {
+      blockIdx = {x, y, 0};
+      std::barrier<> bar(threads);
+      g_bar = &bar;
+      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+      for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
+      std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in both 16-bit types and in fp32
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx = {(unsigned)t, 0, 0};
+          KERNEL((const T*)a.data(), (const T*)b.data(), (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
+          if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
+        });
+      for (auto& th : ts) th.join();
+    }
+  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
+  printf("%ld %ld\n", g_conflicts.load(), g_ldmatrix.load());
+  return 0;
+}
+"""
+
+
+def _bits(x, dtype):
+    if dtype == "bfloat16":
+        u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.ascontiguousarray(x, dtype=np.float16)
+
+
+def _values(raw, dtype, shape):
+    if dtype == "bfloat16":
+        u = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
+        return u.view(np.float32).reshape(shape).astype(np.float64)
+    return np.frombuffer(raw, np.float16).reshape(shape).astype(np.float64)
+
+
+def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
+    """Run the rendered kernel on the host; (relative error vs float64, ldmatrix bank conflicts, ldmatrix count)."""
+    compiler = gxx()
+    if compiler is None:
+        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+    problem = GEMM.problem(list(shape), dtype, layout)
+    assert GEMM.check("mma", params) is None and GEMM.check_problem("mma", params, problem) is None
+    r = render("gemm", "mma", params, problem)
+    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
+    decl = "extern __shared__ __align__(128) unsigned char smem_raw[];"
+    assert decl in src
+    src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
+    (tmp_path / "k.cpp").write_text(
+        f"{HEADER}\n#include <memory>\n{EMU_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+    )
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+
+    M, N, K = shape
+    rng = np.random.default_rng(0)
+    a = _values(_bits(rng.standard_normal((M, K)), dtype).tobytes(), dtype, (M, K))
+    b = _values(_bits(rng.standard_normal((K, N)), dtype).tobytes(), dtype, (K, N))
+    c = _values(_bits(rng.standard_normal((M, N)), dtype).tobytes(), dtype, (M, N))
+    _bits(a.T if layout[0] == "T" else a, dtype).tofile(tmp_path / "a.bin")
+    _bits(b.T if layout[1] == "T" else b, dtype).tofile(tmp_path / "b.bin")
+    _bits(c, dtype).tofile(tmp_path / "c.bin")
+    launch = GEMM.launch("mma", params, problem)
+    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, launch.grid[0], launch.grid[1], launch.block[0]]
+    args += [launch.shared_bytes]
+    run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    conflicts, loads = map(int, run.stdout.split())
+    out = _values((tmp_path / "out.bin").read_bytes(), dtype, (M, N))
+    ref = alpha * (a @ b) + beta * c
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref)), conflicts, loads
+
+
+TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
+SMALL = dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3, SWIZZLE=True, RASTER=1)
+EMULATED = [
+    # params, dtype, shape, alpha, beta
+    (SMALL, "float16", (40, 72, 48), 1.0, 0.0),  # every edge of a single block; K tail of 16
+    (dict(SMALL, BK=64, WN=64, BN=128, STAGES=2, SWIZZLE=False, RASTER=2), "bfloat16", (129, 136, 264), 0.5, -1.5),
+    (dict(SMALL, BM=32, BK=16, WM=16, STAGES=4, RASTER=3), "float16", (129, 136, 264), 2.0, 0.25),  # one k-step a tile
+    (dict(SMALL, BN=128, BK=64, WN=64, STAGES=5), "bfloat16", (72, 136, 40), 1.0, 1.0),  # more stages than k tiles
+    (dict(SMALL, BK=48, STAGES=3, SWIZZLE=False), "float16", (64, 64, 200), 1.0, 0.0),  # 3 k-steps: paired tiles
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta"), EMULATED)
+def test_emulated_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
+    # the extents that are not leading dimensions need not be multiples of 8: make them odd where allowed
+    M, N, K = shape
+    if layout[0] == "T":
+        M = -(-M // 8) * 8
+    if layout[1] == "T":
+        N -= 1
+    if layout == "TN":
+        K -= 3
+    err, conflicts, loads = emulate(tmp_path, params, dtype, layout, (M, N, K), alpha, beta)
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+    assert loads > 0 and conflicts == 0, f"{conflicts} bank conflicts in {loads} ldmatrix"
+
+
+@pytest.mark.parametrize("spec_file", ["gemm_fp16.yaml", "gemm_bf16.yaml"])
+def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
+    from pathlib import Path
+
+    from autotune.evaluate import static_check
+    from autotune.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "configs" / spec_file)
+    starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
+    assert len(starts) >= 3
+    aligned = [p for p in spec.problems if GEMM.check_problem("mma", P, p) is None]
+    assert any(p.label == "8192x8192x8192" for p in aligned)
+    for config in spec.start_from:
+        for problem in aligned:
+            assert static_check(Candidate("gemm", "auto", problem, config), SETTINGS) is None, (config, problem)
+    for config in starts:
+        c = render_candidate(Candidate("gemm", "auto", aligned[0], config), SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, (config, r.error, r.spills)
