@@ -26,7 +26,9 @@ class TemplateInfo:
         return dict(self.kinds).get(param, "int>=1")
 
 
-def auto_info(templates: Mapping[str, TemplateInfo], layouts: tuple[str, ...], skip: tuple[str, ...] = ()) -> TemplateInfo:
+def auto_info(
+    templates: Mapping[str, TemplateInfo], layouts: tuple[str, ...], skip: tuple[str, ...] = ()
+) -> TemplateInfo:
     """The "auto" template of a family: TEMPLATE picks one of ``templates`` (less ``skip``), and every other
     parameter exists only under the branches that take it. Built from the family's templates dict, so a
     template registered there is a choice of TEMPLATE without further changes."""
