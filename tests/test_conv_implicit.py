@@ -172,17 +172,53 @@ def test_wmma_configurations_compile_for_sm90_without_spills(layout, c):
 # --- the SIMT kernel's arithmetic, run on the host ------------------------------------------------
 
 
-def _emulate(tmp_path, params, problem):
-    """The implicit_simt kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
+WMMA_SHIM = r"""// Host stand-ins for the WMMA and cp.async subset implicit_wmma uses: every lane holds a whole 16x16 fragment
+// (lanes compute the same values), cp.async copies at once (zero-filled when src-size is 0).
+namespace nvcuda { namespace wmma {
+struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class E, class L = void> struct fragment { float v[16][16]; };
+template <class F> void fill_fragment(F& f, float x) { for (auto& r : f.v) for (float& e : r) e = x; }
+template <class Use, class E, class L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, E, L>& f, const __half* p, unsigned ld) {
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) f.v[i][j] = __half2float(std::is_same_v<L, row_major> ? p[i * ld + j] : p[j * ld + i]);
+}
+template <class A, class B, class C, class D> void mma_sync(D& d, const A& a, const B& b, const C& c) {
+  float t[16][16];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) { float s = c.v[i][j]; for (int k = 0; k < 16; ++k) s += a.v[i][k] * b.v[k][j]; t[i][j] = s; }
+  std::memcpy(d.v, t, sizeof t);
+}
+template <class F> void store_matrix_sync(float* p, const F& f, unsigned ld, layout_t) {
+  for (int i = 0; i < 16; ++i) for (int j = 0; j < 16; ++j) p[i * ld + j] = f.v[i][j];
+}
+} }
+inline void cp_async16(void* dst, const void* src, bool in) { if (in) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); }
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+"""
+
+
+def _emulate(tmp_path, template, params, problem):
+    """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
-    r = render("conv2d", "implicit_simt", params, problem)
+    r = render("conv2d", template, params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
-    shared = "extern __shared__ __align__(16) float smem[];"
+    if template == "implicit_wmma":  # drop the device-only helpers: the shim provides them
+        start, end = src.index("__device__ __forceinline__ void cp_async16"), src.index('extern "C"')
+        src = src[:start] + src[end:]
+        shared, emulated = (
+            "extern __shared__ __align__(128) unsigned char smem_raw[];",
+            "unsigned char* smem_raw = (unsigned char*)g_smem;",
+        )
+    else:
+        shared, emulated = "extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;"
     assert shared in src
-    src = src.replace(shared, "float* smem = g_smem;")
-    (tmp_path / "emu.h").write_text(HEADER)
+    src = src.replace(shared, emulated)
+    (tmp_path / "emu.h").write_text(HEADER + "#include <type_traits>\n" + WMMA_SHIM)
     (tmp_path / "main.inc").write_text(EMU_MAIN)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {r.kernel_name}\n#include "main.inc"\n')
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
@@ -196,7 +232,7 @@ def _emulate(tmp_path, params, problem):
     nhwc = p.layout == "NHWC"
     (x.transpose(0, 2, 3, 1) if nhwc else x).tofile(tmp_path / "x.bin")
     (w.transpose(0, 2, 3, 1) if nhwc else w).tofile(tmp_path / "w.bin")
-    launch = CONV.launch("implicit_simt", params, p)
+    launch = CONV.launch(template, params, p)
     args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes]
     run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
@@ -223,7 +259,7 @@ EMULATED = [
 def test_emulated_simt_kernel_matches_float64(tmp_path, label, shape, dtype, layout):
     problem = CONV.problem(shape, dtype, layout)
     assert CONV.check_problem("implicit_simt", SIMT_GOOD[label], problem) is None
-    y, ref = _emulate(tmp_path, SIMT_GOOD[label], problem)
+    y, ref = _emulate(tmp_path, "implicit_simt", SIMT_GOOD[label], problem)
     assert np.isfinite(y).all(), f"{(~np.isfinite(y)).sum()} outputs unwritten"
     err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
     assert err < {"float32": 1e-5, "float16": 2e-3}[dtype], f"relative error {err:.2e}"
@@ -301,3 +337,24 @@ def test_a_spec_may_name_an_implicit_template_directly():
     assert len(parse_spec(raw).problems) == 2
     with pytest.raises(Exception, match="does not implement 'float32'"):
         parse_spec({**raw, "dtype": "float32"})
+
+
+WMMA_EMULATED = [
+    # config, shape [N, C, H, W, K, R, S, stride, pad], layout
+    ("small", [2, 16, 9, 7, 20, 3, 3, 1, 1], "NHWC"),  # cp.async, zero-filled padding, K and M tails
+    ("small", [1, 3, 11, 9, 5, 7, 7, 2, 3], "NHWC"),  # odd C: register gathers across taps; odd K: scalar stores
+    ("small", [2, 17, 13, 11, 9, 5, 5, 1, 2], "NCHW"),
+    ("small", [1, 8, 10, 12, 7, 3, 3, 3, 0], "NCHW"),  # C*R*S % 8 == 0: w by cp.async, x gathered
+    ("wide", [1, 24, 6, 7, 40, 1, 1, 1, 0], "NHWC"),  # 1x1, BK = 64 past C*R*S = 24, 4 stages
+]
+
+
+@pytest.mark.parametrize(("label", "shape", "layout"), WMMA_EMULATED)
+def test_emulated_wmma_kernel_matches_float64(tmp_path, label, shape, layout):
+    """Indexing, zero-fill, pipeline order and epilogue of implicit_wmma; the tensor cores are a host stand-in."""
+    problem = CONV.problem(shape, "float16", layout)
+    assert CONV.check_problem("implicit_wmma", WMMA_GOOD[label], problem) is None
+    y, ref = _emulate(tmp_path, "implicit_wmma", WMMA_GOOD[label], problem)
+    assert np.isfinite(y).all(), f"{(~np.isfinite(y)).sum()} outputs unwritten"
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    assert err < 2e-3, f"relative error {err:.2e}"
