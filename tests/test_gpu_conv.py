@@ -94,7 +94,7 @@ def test_a_short_conv_run_stores_a_verified_winner(tmp_path, capsys):
     doc = json.loads(next((tmp_path / "tuned").glob("*/conv2d.json")).read_text())
     assert set(doc["entries"]) == {f"float32/{lay}/n1c16h15w13k24r3s3u1p1" for lay in ("NCHW", "NHWC")}
     for e in doc["entries"].values():
-        assert e["verified"] is True and e["template"] == "direct"
+        assert e["verified"] is True and e["template"] in ("direct", "implicit_simt")  # conv.yaml: template auto
         assert e["error"] < tolerance_for("float32")
 
 
@@ -129,3 +129,56 @@ def test_runtime_conv2d_takes_torch_tensors():
     ref = torch.nn.functional.conv2d(x.double(), w.double(), stride=1, padding=1)
     assert isinstance(out, torch.Tensor) and out.shape == ref.shape
     assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) < tolerance_for("float32")
+
+
+# --- implicit GEMM and the algorithm as a search dimension -------------------------------------------
+
+IMPLICIT_SHAPES = [
+    *SHAPES,
+    [3, 16, 9, 7, 20, 3, 3, 1, 1],  # C % 8 == 0: vector / cp.async path, M and K tails
+    [2, 24, 6, 7, 40, 1, 1, 1, 0],  # 1x1, C*R*S below one reduction tile
+    [1, 12, 10, 12, 7, 3, 3, 3, 0],  # stride 3, no padding, C % 4 == 0 but not 8
+]
+IMPLICIT_CONFIGS = [
+    ("implicit_simt", dict(BM=128, BN=128, BK=8, TM=8, TN=8, PAD=4), ("float32", "float16")),
+    ("implicit_simt", dict(BM=64, BN=64, BK=8, TM=4, TN=4, PAD=4), ("float32", "float16")),
+    ("implicit_simt", dict(BM=16, BN=16, BK=8, TM=2, TN=4, PAD=8), ("float32",)),
+    ("implicit_wmma", dict(WARPS_M=2, WARPS_N=4, FRAGS_M=4, FRAGS_N=2, BK=32, PAD=8, STAGES=3), ("float16",)),
+    ("implicit_wmma", dict(WARPS_M=1, WARPS_N=1, FRAGS_M=1, FRAGS_N=1, BK=16, PAD=8, STAGES=2), ("float16",)),
+    ("implicit_wmma", dict(WARPS_M=2, WARPS_N=2, FRAGS_M=2, FRAGS_N=4, BK=64, PAD=8, STAGES=4), ("float16",)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize(("template", "params", "dtypes"), IMPLICIT_CONFIGS, ids=lambda v: str(v)[:40])
+def test_implicit_gemm_is_correct_in_both_layouts(settings, layout, template, params, dtypes):
+    failures = []
+    for dtype in dtypes:
+        s = replace(settings, tolerance=tolerance_for(dtype))
+        for shape in IMPLICIT_SHAPES:
+            problem = CONV.problem(shape, dtype, layout)
+            r = evaluate(Candidate("conv2d", template, problem, Config.of(params)), s)
+            if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+                failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(("spec_name", "dtype", "layout"), [("conv.yaml", "float32", "NCHW"),
+                                                           ("conv_fp16.yaml", "float16", "NHWC")])  # fmt: skip
+def test_a_short_auto_run_stores_a_verified_winner(tmp_path, capsys, spec_name, dtype, layout):
+    import yaml
+
+    from autotune.cli import main
+
+    raw = yaml.safe_load((ROOT / "configs" / spec_name).read_text())
+    assert raw["template"] == "auto"
+    raw["shapes"] = [[2, 32, 15, 13, 48, 3, 3, 1, 1]]
+    spec = tmp_path / "small.yaml"
+    spec.write_text(yaml.safe_dump(raw, sort_keys=False))
+    tuned, runs = str(tmp_path / "tuned"), str(tmp_path / "runs")
+    assert main(["run", str(spec), "--trials", "6", "--tuned-dir", tuned, "--runs-dir", runs]) == 0
+    assert "n2c32h15w13k48r3s3u1p1" in capsys.readouterr().out
+    doc = json.loads(next((tmp_path / "tuned").glob("*/conv2d.json")).read_text())
+    e = doc["entries"][f"{dtype}/{layout}/n2c32h15w13k48r3s3u1p1"]
+    assert e["verified"] is True and e["template"] in CONV.templates and e["template"] != "auto"
+    assert e["error"] < tolerance_for(dtype)

@@ -26,6 +26,37 @@ class TemplateInfo:
         return dict(self.kinds).get(param, "int>=1")
 
 
+def auto_info(
+    templates: Mapping[str, TemplateInfo], layouts: tuple[str, ...], skip: tuple[str, ...] = ()
+) -> TemplateInfo:
+    """The "auto" template of a family: TEMPLATE picks one of ``templates`` (less ``skip``), and every other
+    parameter exists only under the branches that take it. Built from the family's templates dict, so a
+    template registered there is a choice of TEMPLATE without further changes."""
+    concrete = [t for t in templates.values() if t.name not in (*skip, "auto")]
+    params: list[str] = []
+    kinds: dict[str, str] = {}
+    for t in concrete:
+        params += [p for p in t.params if p not in params]
+        kinds.update(t.kinds)
+    dtypes = tuple(dict.fromkeys(d for t in concrete for d in t.dtypes))
+    choice = "choice:" + ",".join(t.name for t in concrete)
+    layouts = tuple(dict.fromkeys(lay for t in concrete for lay in (t.layouts or layouts)))
+    return TemplateInfo("auto", ("TEMPLATE", *params), dtypes, "the template is a search dimension (TEMPLATE)",
+                        optional=tuple(params), kinds=(("TEMPLATE", choice), *kinds.items()),
+                        layouts=layouts)  # fmt: skip
+
+
+def check_auto(templates: Mapping[str, TemplateInfo], params: Params) -> str | None:
+    """Why an "auto" configuration names no template or lacks a parameter of the one it names, or None."""
+    chosen = str(params.get("TEMPLATE", ""))
+    if chosen not in templates or chosen == "auto":
+        return f"TEMPLATE must name a template ({', '.join(t for t in templates if t != 'auto')})"
+    missing = [n for n in templates[chosen].params if n not in params]
+    if missing:
+        return f"TEMPLATE={chosen} needs {', '.join(missing)} (check the 'when' conditions)"
+    return None
+
+
 @dataclass(frozen=True)
 class Launch:
     grid: tuple[int, int, int]

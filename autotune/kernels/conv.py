@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Launch, Params, TemplateInfo
+from . import conv_implicit
+from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2}
 CTYPE = {"float32": "float", "float16": "__half"}
@@ -43,6 +44,9 @@ MAX_GRID_YZ = 65535
 FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shifts banks between rows
 
 DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
+# Templates described by their own module (PARAMS, DTYPES, LAYOUTS, KINDS, DESCRIPTION, alignment, derived,
+# check, check_problem, launch); "direct" is described here.
+MODULES: dict[str, Any] = dict(conv_implicit.TEMPLATES)
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,14 @@ class ConvFamily:
             ("float32", "float16"),
             "direct convolution: TP x TQ x KB output tile per block, input halo and filter staged in shared memory",
             kinds=(("PAD", "int>=0"),),
-        )
+        ),
+        **{
+            n: TemplateInfo(n, m.PARAMS, m.DTYPES, m.DESCRIPTION, kinds=m.KINDS, layouts=m.LAYOUTS)
+            for n, m in MODULES.items()
+        },
     }
+    # TEMPLATE chooses among every template above (and any registered later in this dict literal).
+    templates["auto"] = auto_info(templates, LAYOUTS)
 
     def problem(self, shape: Any, dtype: str, layout: str = "NCHW") -> ConvProblem:
         if isinstance(shape, str):
@@ -160,11 +170,22 @@ class ConvFamily:
     # --- configuration -> derived values ---------------------------------------------------------
 
     def resolve(self, template: str, params: Params) -> str:
-        return template
+        """The concrete template a configuration renders: "auto" defers to its TEMPLATE parameter."""
+        return str(params.get("TEMPLATE", "")) if template == "auto" else template
+
+    def variant(self, template: str, problem: ConvProblem) -> dict[str, Any]:
+        """The render-context keys besides the parameters: dtype, layout and (implicit GEMM) alignment."""
+        v = variant(problem.dtype, problem.layout)
+        if template in MODULES:
+            v.update(MODULES[template].alignment(problem))
+        return v
 
     def derived(self, template: str, params: Params, problem: ConvProblem | None = None) -> dict[str, Any]:
         """Thread layout of a configuration; with a problem also its halo tile and shared memory."""
+        template = self.resolve(template, params)
         p = params
+        if template in MODULES:
+            return MODULES[template].derived(p, self.variant(template, problem) if problem is not None else None)
         tqg, kg = p["TQ"] // p["QT"], p["KB"] // p["KT"]
         d = {"TQG": tqg, "KG": kg, "THREADS": p["TP"] * tqg * kg, "KBS": p["KB"] + FILTER_PAD}
         if problem is not None:
@@ -177,12 +198,23 @@ class ConvFamily:
 
     def context(self, template: str, params: Params, problem: ConvProblem) -> dict[str, Any]:
         """Derived values that do not depend on the shape, and the dtype/layout variant."""
+        template = self.resolve(template, params)
+        if template in MODULES:
+            v = self.variant(template, problem)
+            return {**MODULES[template].derived(params, v), **v}
         return {**self.derived(template, params), **variant(problem.dtype, problem.layout)}
 
     def check(self, template: str, params: Params) -> str | None:
         """Why this configuration cannot be built, or None. Each reason is a static_assert message."""
         if template not in self.templates:
             return f"unknown conv2d template {template!r}; expected one of {', '.join(self.templates)}"
+        if template == "auto":
+            reason = check_auto(self.templates, params)
+            if reason:
+                return reason
+            template = self.resolve(template, params)
+        if template in MODULES:
+            return MODULES[template].check(params)
         p = params
         if p["TQ"] % p["QT"]:
             return "QT must divide TQ"
@@ -197,6 +229,9 @@ class ConvFamily:
 
     def check_problem(self, template: str, params: Params, problem: ConvProblem) -> str | None:
         """Why this configuration cannot compute this problem (dtype, layout, shared memory, grid), or None."""
+        template = self.resolve(template, params)
+        if template in MODULES:
+            return MODULES[template].check_problem(params, problem)
         info = self.templates[template]
         if problem.dtype not in info.dtypes:
             return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
@@ -224,12 +259,21 @@ class ConvFamily:
         return "direct", dict(TP=8, TQ=16, KB=64, QT=4, KT=8, CB=8, PAD=1)
 
     def kernel_name(self, template: str, params: Params, problem: ConvProblem | None = None) -> str:
+        template = self.resolve(template, params)
         parts = [f"{k.lower()}{params[k]}" for k in self.templates[template].params]
         tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None else []
+        if problem is not None and template in MODULES:  # the alignment variant changes the source
+            a = MODULES[template].alignment(problem)
+            unaligned = ("a" if problem.layout == "NHWC" and not a["ALIGN_A"] else "") + ("" if a["ALIGN_B"] else "b")
+            tag += [f"u{unaligned}"] if unaligned else []
         return "_".join([self.name, template, *tag, *parts])
 
     def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
-        """grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot."""
+        """direct: grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot;
+        implicit GEMM: grid (blocks of output pixels, blocks of output channels)."""
+        template = self.resolve(template, params)
+        if template in MODULES:
+            return MODULES[template].launch(params, problem)
         d = self.derived(template, params, problem)
         tiles = -(-problem.P // params["TP"]) * -(-problem.Q // params["TQ"])
         grid = (tiles, -(-problem.K // params["KB"]), problem.N)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import gemm_mma, gemm_skinny, gemm_wmma
-from .base import Launch, Params, TemplateInfo
+from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
 CTYPE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "tfloat32": "float"}
@@ -92,22 +92,6 @@ SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD",
 MODULES: dict[str, Any] = {"wmma": gemm_wmma, "mma": gemm_mma, "skinny": gemm_skinny}
 
 
-def _auto_info(templates: dict[str, TemplateInfo]) -> TemplateInfo:
-    """TEMPLATE picks a template; every other parameter exists only under the branches that take it."""
-    concrete = [t for t in templates.values() if t.name != "naive"]
-    params: list[str] = []
-    kinds: dict[str, str] = {}
-    for t in concrete:
-        params += [p for p in t.params if p not in params]
-        kinds.update(t.kinds)
-    dtypes = tuple(dict.fromkeys(d for t in concrete for d in t.dtypes))
-    choice = "choice:" + ",".join(t.name for t in concrete)
-    layouts = tuple(dict.fromkeys(lay for t in concrete for lay in (t.layouts or LAYOUTS)))
-    return TemplateInfo("auto", ("TEMPLATE", *params), dtypes, "the template is a search dimension (TEMPLATE)",
-                        optional=tuple(params), kinds=(("TEMPLATE", choice), *kinds.items()),
-                        layouts=layouts)  # fmt: skip
-
-
 class GemmFamily:
     name = "gemm"
     shape_help = "[M, N, K] or 'MxNxK' with positive integers"
@@ -134,7 +118,7 @@ class GemmFamily:
             for n, m in MODULES.items()
         },  # fmt: skip
     }
-    templates["auto"] = _auto_info(templates)
+    templates["auto"] = auto_info(templates, LAYOUTS, skip=("naive",))
 
     def problem(self, shape: Any, dtype: str, layout: str = "NN") -> GemmProblem:
         if isinstance(shape, str):
@@ -182,13 +166,10 @@ class GemmFamily:
     def check(self, template: str, params: Params) -> str | None:
         """Why this configuration cannot be built, or None. Mirrors the templates' static_asserts."""
         if template == "auto":
-            chosen = self.resolve(template, params)
-            if chosen not in self.templates or chosen == "auto":
-                return f"TEMPLATE must name a template ({', '.join(t for t in self.templates if t != 'auto')})"
-            missing = [n for n in self.templates[chosen].params if n not in params]
-            if missing:
-                return f"TEMPLATE={chosen} needs {', '.join(missing)} (check the 'when' conditions)"
-            template = chosen
+            reason = check_auto(self.templates, params)
+            if reason:
+                return reason
+            template = self.resolve(template, params)
         if template in MODULES:
             return MODULES[template].check(params)
         p = params
