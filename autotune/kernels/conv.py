@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import conv_winograd
 from .base import Launch, Params, TemplateInfo
 
 ITEMSIZE = {"float32": 4, "float16": 2}
@@ -43,6 +44,8 @@ MAX_GRID_YZ = 65535
 FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shifts banks between rows
 
 DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
+# Templates described by their own module (PARAMS, DTYPES, KINDS, DESCRIPTION, derived, check, launch, check_problem).
+MODULES: dict[str, Any] = {"winograd": conv_winograd}
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ class ConvFamily:
             ("float32", "float16"),
             "direct convolution: TP x TQ x KB output tile per block, input halo and filter staged in shared memory",
             kinds=(("PAD", "int>=0"),),
-        )
+        ),
+        **{n: TemplateInfo(n, m.PARAMS, m.DTYPES, m.DESCRIPTION, kinds=m.KINDS) for n, m in MODULES.items()},
     }
 
     def problem(self, shape: Any, dtype: str, layout: str = "NCHW") -> ConvProblem:
@@ -164,6 +168,8 @@ class ConvFamily:
 
     def derived(self, template: str, params: Params, problem: ConvProblem | None = None) -> dict[str, Any]:
         """Thread layout of a configuration; with a problem also its halo tile and shared memory."""
+        if template in MODULES:
+            return MODULES[template].derived(params)
         p = params
         tqg, kg = p["TQ"] // p["QT"], p["KB"] // p["KT"]
         d = {"TQG": tqg, "KG": kg, "THREADS": p["TP"] * tqg * kg, "KBS": p["KB"] + FILTER_PAD}
@@ -183,6 +189,8 @@ class ConvFamily:
         """Why this configuration cannot be built, or None. Each reason is a static_assert message."""
         if template not in self.templates:
             return f"unknown conv2d template {template!r}; expected one of {', '.join(self.templates)}"
+        if template in MODULES:
+            return MODULES[template].check(params)
         p = params
         if p["TQ"] % p["QT"]:
             return "QT must divide TQ"
@@ -202,6 +210,8 @@ class ConvFamily:
             return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
         if problem.layout not in LAYOUTS:
             return f"{template} computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
+        if template in MODULES:
+            return MODULES[template].check_problem(params, problem)
         smem = self.derived(template, params, problem)["SHARED_BYTES"]
         if smem > MAX_SHARED:
             return (
@@ -230,6 +240,8 @@ class ConvFamily:
 
     def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
         """grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot."""
+        if template in MODULES:
+            return MODULES[template].launch(params, problem)
         d = self.derived(template, params, problem)
         tiles = -(-problem.P // params["TP"]) * -(-problem.Q // params["TQ"])
         grid = (tiles, -(-problem.K // params["KB"]), problem.N)
