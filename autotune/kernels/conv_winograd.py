@@ -44,6 +44,7 @@ MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates s
 MAX_SHARED = 227 * 1024
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
+MAX_IMAGE = 2**31 - 1  # elements of one input image (H*W*C): the kernel's offsets within an image are ints
 ETS = (1, 2, 4, 8, 16)
 
 
@@ -114,6 +115,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
         )
     if problem.dtype not in DTYPES:
         return f"winograd computes {', '.join(DTYPES)}, not {problem.dtype}"
+    if problem.H * problem.W * problem.C > MAX_IMAGE:
+        return f"winograd indexes one image with 32-bit offsets: H*W*C must be at most {MAX_IMAGE}"
     gx, gy, _ = launch(params, problem).grid
     if gx > MAX_GRID_X:
         return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
