@@ -12,6 +12,9 @@ shared memory. Filter size, stride and padding are kernel arguments, not templat
 serves every shape of a dtype and layout, and only the shared-memory size (computed here, guarded in the
 kernel) depends on the shape.
 
+The "winograd" template (templates/conv/winograd.cu.j2, described by conv_winograd.py) computes 3x3 stride-1
+convolutions as Winograd F(2x2, 3x3) in one fused kernel; check_problem refuses other filters and strides.
+
 Example::
 
     >>> p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32")

@@ -34,9 +34,7 @@ from .base import Launch, Params
 PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD")
 KINDS = (("SPAD", "int>=0"),)
 DTYPES = ("float32", "float16")
-DESCRIPTION = (
-    "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
-)
+DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
@@ -91,7 +89,8 @@ def check(params: Params) -> str | None:
     if d["X_ITEMS"] > MAX_X_ITEMS:
         return f"at most {MAX_X_ITEMS} input tiles per thread and step (CB*TILES over the threads)"
     if d["SHARED_BYTES"] > MAX_SHARED:
-        return f"needs {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}; use a smaller CB, KB or TILES"
+        smem = d["SHARED_BYTES"]
+        return f"needs {smem} bytes of shared memory, more than {MAX_SHARED}; use a smaller CB, KB or TILES"
     return None
 
 
