@@ -102,6 +102,7 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
             "vendor": o.vendor_name or "-",
             "vendor TFLOP/s": _fmt(o.problem.flops / o.vendor.median_ms / 1e9 if o.vendor else None, ".1f"),
             "x vendor": _fmt(o.vendor_ratio, ".2f"),
+            "error": _fmt(b.error if b else None, ".1e"),  # measured vs float64 (Winograd is less exact)
             "J/launch": _fmt(b.energy_j if b else None, ".4g"),
             "GFLOP/J": _fmt(b.gflops_per_j if b else None, ".1f"),
             "front": str(len(o.pareto)) if getattr(o, "pareto", ()) else "-",
@@ -372,7 +373,8 @@ def best_per_shape(df: Any) -> Any:
             "trial": b["trial"] if b is not None else None,
             **{c: b[c] if b is not None else math.nan for c in (
                 "median_ms", "min_ms", "max_ms", "iqr_ms", "spread", "tflops", "gbps", "intensity",
-                "roofline_fraction", "vendor_median_ms", "vendor_ratio", "registers", "energy_j", "gflops_per_j")},
+                "roofline_fraction", "vendor_median_ms", "vendor_ratio", "error", "registers", "energy_j",
+                "gflops_per_j")},
             "energy_method": b["energy_method"] if b is not None else None,
             "vendor": g["vendor"].dropna().iloc[0] if g["vendor"].notna().any() else None,
             "complete": len(done),
@@ -561,16 +563,18 @@ _BEST_COLUMNS = {
     "run": ("run", ""), "dtype": ("dtype", ""), "layout": ("layout", ""), "shape": ("shape", ""),
     "template": ("template", ""), "kernel_name": ("best", ""),
     "trial": ("trial", ".0f"), "median_ms": ("ms", ".4f"), "spread": ("spread", "%.1"), "tflops": ("TFLOP/s", ".1f"),
-    "roofline_fraction": ("of roofline", "%"), "vendor_ratio": ("x cuBLAS", "x"), "energy_j": ("J/launch", ".4g"),
-    "gflops_per_j": ("GFLOP/J", ".1f"), "energy_method": ("energy by", ""), "complete": ("complete", "d"),
+    "roofline_fraction": ("of roofline", "%"), "vendor_ratio": ("x cuBLAS", "x"), "error": ("error", ".1e"),
+    "energy_j": ("J/launch", ".4g"), "gflops_per_j": ("GFLOP/J", ".1f"), "energy_method": ("energy by", ""),
+    "complete": ("complete", "d"),
     "evaluated": ("evaluated", "d"), "trials": ("trials", "d"),
 }  # fmt: skip
 _TUNED_COLUMNS = {
     "gpu": ("gpu", ""), "kernel": ("kernel", ""), "dtype": ("dtype", ""), "layout": ("layout", ""),
     "shape": ("shape", ""), "kernel_name": ("kernel name", ""), "median_ms": ("ms", ".4f"),
     "tflops": ("TFLOP/s", ".1f"), "roofline_fraction": ("of roofline", "%"), "vendor_median_ms": ("cuBLAS ms", ".4f"),
-    "vendor_ratio": ("x cuBLAS", "x"), "energy_j": ("J/launch", ".4g"), "gflops_per_j": ("GFLOP/J", ".1f"),
-    "energy_method": ("energy by", ""), "pareto_points": ("front", "d"), "trials": ("trials", ""),
+    "vendor_ratio": ("x cuBLAS", "x"), "error": ("error", ".1e"), "energy_j": ("J/launch", ".4g"),
+    "gflops_per_j": ("GFLOP/J", ".1f"), "energy_method": ("energy by", ""), "pareto_points": ("front", "d"),
+    "trials": ("trials", ""),
     "date": ("date", ""),
 }  # fmt: skip
 _ENERGY_COLUMNS = ("energy_j", "gflops_per_j", "energy_method", "pareto_points")

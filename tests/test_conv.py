@@ -282,12 +282,12 @@ def reference(x, w, p):
     return y.transpose(1, 0, 2, 3)
 
 
-def _emulate(tmp_path, params, problem, smem_short=0):
+def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
     """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
-    r = render("conv2d", "direct", params, problem)
+    r = render("conv2d", template, params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;")
     asm = next(
@@ -308,7 +308,7 @@ def _emulate(tmp_path, params, problem, smem_short=0):
     nhwc = p.layout == "NHWC"
     (x.transpose(0, 2, 3, 1) if nhwc else x).tofile(tmp_path / "x.bin")  # tofile writes C order
     (w.transpose(0, 2, 3, 1) if nhwc else w).tofile(tmp_path / "w.bin")
-    launch = CONV.launch("direct", params, p)
+    launch = CONV.launch(template, params, p)
     args = [
         tmp_path / "k",
         tmp_path,

@@ -1,4 +1,4 @@
-"""GPU tier for conv2d: the direct template verified against the float64 CuPy reference on fresh random
+"""GPU tier for conv2d: the direct and winograd templates verified against the float64 CuPy reference on fresh random
 inputs in both layouts and dtypes (odd shapes, 1x1, 7x7 stride 2), the reference itself against cuDNN,
 and a short real run that stores a verified winner."""
 
@@ -59,6 +59,40 @@ def test_direct_is_correct_in_both_layouts(settings, dtype, layout, params):
     assert not failures, "\n".join(failures)
 
 
+WINOGRAD_SHAPES = [
+    [2, 5, 7, 9, 6, 3, 3, 1, 1],  # odd H, W, C; tiles overhang P and Q
+    [2, 5, 7, 9, 6, 3, 3, 1, 0],  # no padding
+    [3, 17, 13, 11, 70, 3, 3, 1, 2],  # pad 2, K past one channel block, tiles of several images per block
+    [1, 64, 56, 56, 64, 3, 3, 1, 1],  # batch-1 layers of BENCHMARKS.md
+    [1, 256, 14, 14, 256, 3, 3, 1, 1],
+    [2, 512, 7, 7, 64, 3, 3, 1, 1],  # the deepest ResNet-50 channel count: fp32 error stays ~1e-6
+]
+WINOGRAD_CONFIGS = [
+    dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4),
+    dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4),
+    dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4),
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8),  # 32 threads, CB not a power of two
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("params", WINOGRAD_CONFIGS, ids=lambda p: f"t{p['TILES']}kb{p['KB']}et{p['ET']}cb{p['CB']}")
+def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):
+    s = replace(settings, tolerance=tolerance_for(dtype))
+    failures, errors = [], []
+    for shape in WINOGRAD_SHAPES:
+        problem = CONV.problem(shape, dtype, layout)
+        r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), s)
+        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+        else:
+            errors.append(r.error)
+    assert not failures, "\n".join(failures)
+    if dtype == "float32":  # Winograd rounds a few more times than a direct sum, still far inside 1e-5
+        assert max(errors) < 3e-6, errors
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_the_reference_agrees_with_cudnn(layout):
     import cupy as cp
@@ -96,6 +130,27 @@ def test_a_short_conv_run_stores_a_verified_winner(tmp_path, capsys):
     for e in doc["entries"].values():
         assert e["verified"] is True and e["template"] in ("direct", "implicit_simt")  # conv.yaml: template auto
         assert e["error"] < tolerance_for("float32")
+
+
+def test_a_short_winograd_run_shows_the_error_next_to_the_time(tmp_path, capsys):
+    import yaml
+
+    from autotune.cli import main
+
+    raw = yaml.safe_load((ROOT / "configs" / "conv_winograd.yaml").read_text())
+    raw["shapes"] = [[1, 16, 15, 13, 24, 3, 3, 1, 1], [2, 32, 14, 14, 32, 3, 3, 1, 1]]
+    spec = tmp_path / "small.yaml"
+    spec.write_text(yaml.safe_dump(raw, sort_keys=False))
+    tuned, runs = str(tmp_path / "tuned"), str(tmp_path / "runs")
+    assert main(["run", str(spec), "--trials", "4", "--tuned-dir", tuned, "--runs-dir", runs]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "TFLOP/s" in line and "error" in line)
+    assert header.split().count("error") == 1
+    doc = json.loads(next((tmp_path / "tuned").glob("*/conv2d.json")).read_text())
+    assert len(doc["entries"]) == 2
+    for e in doc["entries"].values():
+        assert e["verified"] is True and e["template"] == "winograd"
+        assert 0 < e["error"] < tolerance_for("float32")
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

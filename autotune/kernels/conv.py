@@ -12,6 +12,9 @@ shared memory. Filter size, stride and padding are kernel arguments, not templat
 serves every shape of a dtype and layout, and only the shared-memory size (computed here, guarded in the
 kernel) depends on the shape.
 
+The "winograd" template (templates/conv/winograd.cu.j2, described by conv_winograd.py) computes 3x3 stride-1
+convolutions as Winograd F(2x2, 3x3) in one fused kernel; check_problem refuses other filters and strides.
+
 Example::
 
     >>> p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32")
@@ -26,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import conv_implicit
+from . import conv_implicit, conv_winograd
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2}
@@ -46,7 +49,7 @@ FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shif
 DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
 # Templates described by their own module (PARAMS, DTYPES, LAYOUTS, KINDS, DESCRIPTION, alignment, derived,
 # check, check_problem, launch); "direct" is described here.
-MODULES: dict[str, Any] = dict(conv_implicit.TEMPLATES)
+MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "winograd": conv_winograd}
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ class ConvFamily:
             return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
         if problem.layout not in LAYOUTS:
             return f"{template} computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
+        if template in MODULES:
+            return MODULES[template].check_problem(params, problem)
         smem = self.derived(template, params, problem)["SHARED_BYTES"]
         if smem > MAX_SHARED:
             return (
@@ -264,13 +269,16 @@ class ConvFamily:
         tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None else []
         if problem is not None and template in MODULES:  # the alignment variant changes the source
             a = MODULES[template].alignment(problem)
-            unaligned = ("a" if problem.layout == "NHWC" and not a["ALIGN_A"] else "") + ("" if a["ALIGN_B"] else "b")
+            unaligned = ("a" if problem.layout == "NHWC" and not a.get("ALIGN_A", True) else "") + (
+                "" if a.get("ALIGN_B", True) else "b"
+            )
             tag += [f"u{unaligned}"] if unaligned else []
         return "_".join([self.name, template, *tag, *parts])
 
     def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
         """direct: grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot;
-        implicit GEMM: grid (blocks of output pixels, blocks of output channels)."""
+        implicit GEMM: grid (blocks of output pixels, blocks of output channels); winograd: (blocks of
+        output 2x2 tiles, blocks of output channels)."""
         template = self.resolve(template, params)
         if template in MODULES:
             return MODULES[template].launch(params, problem)

@@ -1,0 +1,133 @@
+"""The Winograd F(2x2, 3x3) conv2d template (templates/conv/winograd.cu.j2): parameters, derived values, checks.
+
+Only 3x3 filters at stride 1 (any padding). The output is cut into 2x2 tiles; tile t of image n covers
+outputs (2*tp .. 2*tp+1, 2*tq .. 2*tq+1) and reads the 4x4 input patch starting at (2*tp - pad, 2*tq - pad).
+With V = B^T d B (the input patch transformed), U = G g G^T (the filter transformed) and M[e] = sum_c U[e] V[e]
+for each of the 16 elements e of the 4x4 transform domain, the tile's outputs are A^T M A: 16 multiplications
+per 4 outputs and input channel instead of 36.
+
+One fused kernel, so a candidate's time includes every transform:
+  block    TILES output tiles (flattened over images and tile rows, so batch 1 still fills the GPU) x KB output
+           channels; grid = (ceil(N * ceil(P/2) * ceil(Q/2) / TILES), ceil(K / KB), 1)
+  step     CB input channels: V of the block's tiles and U of its KB channels (computed from the raw 3x3
+           filter) are staged in shared memory as [16][CB][TILES + SPAD] and [16][CB][KB + SPAD] floats
+  thread   ET of the 16 elements x KT channels x TT tiles accumulated in registers; each KT (TT) is read as
+           float4 chunks strided by 4 * KB/KT (4 * TILES/TT), so a warp's reads are contiguous
+  epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
+           ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
+
+Every check here is mirrored by a ``static_assert`` in the template.
+
+Example::
+
+    >>> p = dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4)
+    >>> derived(p)["THREADS"], derived(p)["SHARED_BYTES"]
+    (512, 53248)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Launch, Params
+
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD")
+KINDS = (("SPAD", "int>=0"),)
+DTYPES = ("float32", "float16")
+DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
+
+MAX_THREADS = 1024
+MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
+MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
+MAX_SHARED = 227 * 1024
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_Y = 65535
+MAX_IMAGE = 2**31 - 1  # elements of one input image (H*W*C): the kernel's offsets within an image are ints
+ETS = (1, 2, 4, 8, 16)
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def alignment(problem: Any) -> dict[str, Any]:
+    """No alignment variant: every read is a scalar gather."""
+    return {}
+
+
+def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Threads, per-thread work and shared memory (none depend on the shape, dtype or layout)."""
+    p = params
+    kg, tg, eg = p["KB"] // p["KT"], p["TILES"] // p["TT"], 16 // p["ET"]
+    threads = eg * kg * tg
+    kbs, ts = p["KB"] + p["SPAD"], p["TILES"] + p["SPAD"]
+    staged = 16 * p["CB"] * (kbs + ts)  # U and V of one step
+    epilogue = 16 * kg * ts  # one channel of every thread's tile, all 16 elements
+    return {
+        "KG": kg,
+        "TG": tg,
+        "EG": eg,
+        "THREADS": threads,
+        "KBS": kbs,
+        "TS": ts,
+        "X_ITEMS": -(-p["CB"] * p["TILES"] // threads),
+        "W_ITEMS": -(-p["CB"] * p["KB"] // threads),
+        "Y_ITEMS": -(-kg * p["TILES"] // threads),
+        "SHARED_BYTES": 4 * max(staged, epilogue),
+    }
+
+
+def check(params: Params) -> str | None:
+    """Why this configuration can never be built, or None. Each reason is a static_assert message."""
+    p = params
+    if p["KT"] % 4 or p["TT"] % 4:
+        return "KT and TT must be multiples of 4 (float4 reads of U and V)"
+    if p["KB"] % p["KT"]:
+        return "KT must divide KB"
+    if p["TILES"] % p["TT"]:
+        return "TT must divide TILES"
+    if p["ET"] not in ETS:
+        return "ET must divide 16"
+    if p["SPAD"] % 4:
+        return "SPAD must be a multiple of 4 (16-byte rows)"
+    d = derived(p)
+    if d["THREADS"] % 32 or d["THREADS"] > MAX_THREADS:
+        return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {MAX_THREADS}"
+    if p["ET"] * p["KT"] * p["TT"] > MAX_ACCUMULATORS:
+        return f"at most {MAX_ACCUMULATORS} accumulators per thread (ET*KT*TT)"
+    if d["X_ITEMS"] > MAX_X_ITEMS:
+        return f"at most {MAX_X_ITEMS} input tiles per thread and step (CB*TILES over the threads)"
+    if d["SHARED_BYTES"] > MAX_SHARED:
+        smem = d["SHARED_BYTES"]
+        return f"needs {smem} bytes of shared memory, more than {MAX_SHARED}; use a smaller CB, KB or TILES"
+    return None
+
+
+def tiles(problem: Any) -> int:
+    """Output 2x2 tiles of the problem, over every image."""
+    return problem.N * -(-problem.P // 2) * -(-problem.Q // 2)
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    d = derived(params)
+    grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), 1)
+    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def check_problem(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot compute this problem, or None (3x3 stride 1 only)."""
+    if (problem.R, problem.S, problem.stride) != (3, 3, 1):
+        return (
+            f"winograd computes F(2x2,3x3), 3x3 filters at stride 1 only, not "
+            f"{problem.R}x{problem.S} stride {problem.stride}"
+        )
+    if problem.dtype not in DTYPES:
+        return f"winograd computes {', '.join(DTYPES)}, not {problem.dtype}"
+    if problem.layout not in LAYOUTS:
+        return f"winograd computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
+    if problem.H * problem.W * problem.C > MAX_IMAGE:
+        return f"winograd indexes one image with 32-bit offsets: H*W*C must be at most {MAX_IMAGE}"
+    gx, gy, _ = launch(params, problem).grid
+    if gx > MAX_GRID_X:
+        return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
+    if gy > MAX_GRID_Y:
+        return f"needs {gy} channel blocks, more than the {MAX_GRID_Y} grid.y allows; use a larger KB"
+    return None

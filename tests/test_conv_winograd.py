@@ -1,0 +1,220 @@
+"""CPU tier for the Winograd F(2x2,3x3) conv2d template: checks mirrored by static_asserts, refusal of other
+filters and strides, launch geometry and shared memory, NVRTC compiles for sm_90 without spills, the kernel's
+numbers under the host emulator (odd shapes, both layouts and dtypes, fp32 accuracy at C = 512), the spec, and
+the measured error shown next to the time in the reports."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from autotune import report
+from autotune.bench import Timing
+from autotune.compiler import compile_source
+from autotune.evaluate import Candidate, Status, TrialResult, render_candidate, static_check
+from autotune.search import result_attrs
+from autotune.space import Config
+from autotune.spec import load_spec
+from autotune.templates import render, template_path
+from tests.test_conv import CONV, ROOT, SETTINGS, _emulate
+
+D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4)  # 512 threads, 32 accumulators
+GOOD = {
+    "default": D,
+    "wide": dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4),  # 256 threads, 64 accumulators
+    "small": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0),  # 128 threads
+    "odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8),  # 64 threads; a warp spans element groups
+    "tall_k": dict(TILES=32, KB=64, CB=4, KT=8, TT=4, ET=2, SPAD=4),  # 512 threads, KT/4 = 2 float4 chunks
+}
+PROBLEM = "n32c64h56w56k64r3s3u1p1"
+
+
+def test_registered_with_its_parameters_and_a_source_file():
+    info = CONV.templates["winograd"]
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD")
+    assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
+    assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
+    p = CONV.problem("n1c3h7w5k5r3s3u1p1", "float16", "NHWC")
+    assert CONV.kernel_name("winograd", D, p) == "conv2d_winograd_f16_nhwc_tiles32_kb32_cb8_kt4_tt8_et1_spad4"
+    ctx = CONV.context("winograd", D, p)
+    assert ctx["LAYOUT"] == "NHWC" and ctx["THREADS"] == 512
+    other = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    assert render("conv2d", "winograd", D, p).source_hash == render("conv2d", "winograd", D, other).source_hash
+
+
+# --- checks, static_asserts, refusals -------------------------------------------------------------
+
+REJECTED = [
+    (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
+    (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
+    (dict(D, KT=8, KB=36), "KT must divide KB"),
+    (dict(D, TILES=36), "TT must divide TILES"),
+    (dict(D, ET=3), "ET must divide 16"),
+    (dict(D, SPAD=2), "SPAD must be a multiple of 4 (16-byte rows)"),
+    (dict(D, TILES=8, KB=4), "(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most 1024"),
+    (dict(D, KB=128), "(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most 1024"),
+    (dict(D, KT=8, KB=64, TT=8, TILES=64, ET=4), "at most 128 accumulators per thread (ET*KT*TT)"),
+    (dict(D, CB=32, ET=4, TILES=64), "at most 4 input tiles per thread and step (CB*TILES over the threads)"),
+    (dict(TILES=128, KB=64, CB=24, KT=4, TT=4, ET=8, SPAD=4),
+     "needs 307200 bytes of shared memory, more than 232448; use a smaller CB, KB or TILES"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("params", "reason"), REJECTED)
+def test_every_check_is_a_static_assert(params, reason):
+    assert CONV.check("winograd", params) == reason
+    problem = CONV.problem("n1c3h7w5k5r3s3u1p1", "float32")
+    r = render("conv2d", "winograd", params, problem)  # rendered anyway, as if the check were skipped
+    result = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not result.ok and "static assert" in result.error and reason in result.error, result.error
+
+
+def test_good_configs_pass_the_checks():
+    problem = CONV.problem(PROBLEM, "float32")
+    for label, p in GOOD.items():
+        assert CONV.check("winograd", p) is None, label
+        assert CONV.check_problem("winograd", p, problem) is None, label
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [
+        ("n32c64h56w56k64r1s1u1p0", "not 1x1 stride 1"),
+        ("n32c64h56w56k128r3s3u2p1", "not 3x3 stride 2"),
+        ("n32c3h224w224k64r7s7u2p3", "not 7x7 stride 2"),
+        ("n1c16h15w13k24r5s3u1p1", "not 5x3 stride 1"),
+    ],
+)
+def test_other_filters_and_strides_are_refused_in_one_sentence(shape, words):
+    problem = CONV.problem(shape, "float32")
+    reason = CONV.check_problem("winograd", D, problem)
+    assert reason.startswith("winograd computes F(2x2,3x3), 3x3 filters at stride 1 only") and words in reason
+    assert "\n" not in reason and reason.count(".") <= 0  # one sentence, no trailing fragments
+    assert static_check(Candidate("conv2d", "winograd", problem, Config.of(D)), SETTINGS) == reason
+
+
+def test_an_image_past_32_bit_offsets_is_refused():
+    huge = CONV.problem([1, 2**16, 256, 256, 8, 3, 3, 1, 1], "float16")
+    assert CONV.check_problem("winograd", D, huge) == (
+        "winograd indexes one image with 32-bit offsets: H*W*C must be at most 2147483647")  # fmt: skip
+
+
+def test_any_padding_of_a_3x3_stride_1_filter_is_accepted():
+    for pad in (0, 1, 2, 3):
+        assert CONV.check_problem("winograd", D, CONV.problem([1, 3, 7, 5, 5, 3, 3, 1, pad], "float16")) is None
+
+
+# --- geometry and shared memory --------------------------------------------------------------------
+
+
+def test_launch_geometry_and_shared_memory():
+    p = CONV.problem(PROBLEM, "float32")  # 32 images x 28 x 28 tiles
+    launch = CONV.launch("winograd", D, p)
+    assert launch.grid == (32 * 28 * 28 // 32, 64 // 32, 1) and launch.block == (16 * 8 * 4, 1, 1)
+    staged = 16 * 8 * ((32 + 4) + (32 + 4))  # U and V of one step
+    assert launch.shared_bytes == 4 * staged
+    d = CONV.derived("winograd", D, p)
+    assert (d["KG"], d["TG"], d["EG"], d["X_ITEMS"], d["W_ITEMS"], d["Y_ITEMS"]) == (8, 4, 16, 1, 1, 1)
+    # Batch 1, odd P and Q: tiles over images and rows, the last block partly empty; K past one channel block.
+    b1 = CONV.problem([1, 5, 7, 9, 37, 3, 3, 1, 1], "float16", "NHWC")  # P = 7, Q = 9: 4 x 5 tiles
+    assert CONV.launch("winograd", GOOD["small"], b1).grid == (2, 3, 1)
+    assert CONV.launch("winograd", GOOD["small"], CONV.problem([3, 5, 7, 9, 37, 3, 3, 1, 0], "float32")).grid == (
+        -(-3 * 3 * 4 // 16), 3, 1)  # fmt: skip
+    # The epilogue's staging can be the larger buffer: few channels per step, many channel groups.
+    tall = dict(TILES=32, KB=128, CB=1, KT=4, TT=8, ET=4, SPAD=4)
+    dt = CONV.derived("winograd", tall)
+    assert dt["SHARED_BYTES"] == 4 * 16 * 32 * 36 > 4 * 16 * 1 * (132 + 36)
+
+
+def test_the_grid_is_checked():
+    many_k = CONV.problem([1, 1, 4, 4, 2**21, 3, 3, 1, 1], "float32")  # 2**17 channel blocks of 16
+    assert CONV.check_problem("winograd", GOOD["small"], many_k).endswith("grid.y allows; use a larger KB")
+
+
+# --- compiles ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_configurations_compile_for_sm90_without_spills(dtype, layout):
+    problem = CONV.problem(PROBLEM, dtype, layout)
+    for label, params in GOOD.items():
+        c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(params)), SETTINGS)
+        assert c.status is None, f"{label}: {c.reason}"
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{label}: {r.error}"
+        assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
+
+
+# --- the kernel's numbers on the host ---------------------------------------------------------------
+
+EMULATED = [
+    # config, shape [N, C, H, W, K, R, S, stride, pad], dtype, layout
+    ("default", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),
+    ("default", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),
+    ("small", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float16", "NCHW"),
+    ("small", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float16", "NHWC"),
+    ("odd_cb", [2, 5, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # no padding: P = 5, Q = 7
+    ("odd_cb", [2, 5, 7, 9, 6, 3, 3, 1, 0], "float16", "NCHW"),
+    ("tall_k", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # pad 2, K past one channel block
+    ("wide", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),  # tiles of several images in one block
+]
+
+
+@pytest.mark.parametrize(("label", "shape", "dtype", "layout"), EMULATED)
+def test_emulated_kernel_matches_float64(tmp_path, label, shape, dtype, layout):
+    problem = CONV.problem(shape, dtype, layout)
+    assert CONV.check_problem("winograd", GOOD[label], problem) is None
+    y, ref = _emulate(tmp_path, GOOD[label], problem, template="winograd")
+    assert np.isfinite(y).all(), f"{(~np.isfinite(y)).sum()} outputs unwritten"
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    assert err < {"float32": 1e-5, "float16": 2e-3}[dtype], f"relative error {err:.2e}"
+
+
+def test_fp32_stays_well_inside_the_tolerance_at_512_channels(tmp_path):
+    """The transforms add a few roundings per output; with C = 512 the error is ~6e-7, under 1e-5 by 15x."""
+    problem = CONV.problem([1, 512, 7, 7, 16, 3, 3, 1, 1], "float32")
+    y, ref = _emulate(tmp_path, D, problem, template="winograd")
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    assert err < 2e-6, f"relative error {err:.2e}"
+
+
+def test_a_launch_with_too_little_shared_memory_writes_nothing(tmp_path):
+    y, _ = _emulate(tmp_path, D, CONV.problem([1, 3, 7, 5, 5, 3, 3, 1, 1], "float32"), smem_short=4,
+                    template="winograd")  # fmt: skip
+    assert np.isnan(y).all()
+
+
+# --- the spec, and the error shown next to the time ------------------------------------------------
+
+
+def test_the_winograd_spec_loads_with_feasible_start_points():
+    spec = load_spec(ROOT / "configs" / "conv_winograd.yaml")
+    assert (spec.kernel, spec.template, spec.dtype, spec.layouts) == ("conv2d", "winograd", "float32", ("NCHW",))
+    labels = [p.label for p in spec.problems]
+    assert "n32c64h56w56k64r3s3u1p1" in labels and "n1c256h14w14k256r3s3u1p1" in labels and len(labels) == 6
+    assert spec.start_from
+    for config in spec.start_from:
+        for problem in spec.problems:
+            assert static_check(Candidate("conv2d", "winograd", problem, config), SETTINGS) is None
+
+
+def _result(error):
+    timing = Timing(0.5, 0.49, 0.52, 0.01, 10)
+    return TrialResult(Status.COMPLETE, None, "conv2d_winograd_x", Config.of(D), timing, error=error, tflops=30.0)
+
+
+def test_the_measured_error_is_recorded_and_shown_next_to_the_time():
+    r = _result(6.4e-7)
+    assert result_attrs(r)["result"]["error"] == 6.4e-7  # stored with the trial in the study
+    problem = CONV.problem(PROBLEM, "float32")
+    outcome = SimpleNamespace(problem=problem, best=r, vendor_name="cuDNN (torch)", vendor=Timing(0.6, 0.6, 0.6, 0, 5),
+                              vendor_ratio=1.2, pareto=(), evaluated=3, new=3)  # fmt: skip
+    table = report.final_table([outcome], {})
+    header, row = table.splitlines()[:2]
+    assert "error" in header.split() and "6.4e-07" in row
+    best = report.best_per_shape(report.trials(ROOT / "tests" / "data" / "recorded.journal"))
+    shown = report._best_display(best)
+    assert "error" in shown.columns and shown["error"].str.contains("e-").all()
