@@ -25,11 +25,39 @@ log = logging.getLogger(__name__)
 SETUP_TIMEOUT_S = 300.0
 
 
+def _warm_up() -> None:
+    """Compile CuPy's own kernels that every candidate needs (random inputs, conversions, the poisoned output,
+    the comparison, the L2 flush) on tiny arrays, several at a time since NVRTC releases the GIL, while the
+    parent is still starting: with an empty CuPy cache they otherwise delay the first result by seconds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.getDeviceCount()
+        f32, f64 = cp.ones((4, 4), dtype=cp.float32), cp.ones((4, 4), dtype=cp.float64)
+        jobs = (
+            lambda: cp.random.default_rng(0).standard_normal((4, 4), dtype=cp.float32),
+            lambda: f32.astype(cp.float16).astype(cp.float64),
+            lambda: bool(cp.isfinite(f32.astype(cp.float64)).all()),
+            lambda: float(cp.linalg.norm(f64 - f64)),
+            lambda: cp.empty(4, dtype=cp.float32).fill(float("nan")),
+            lambda: cp.empty(4, dtype=cp.int32).fill(0),
+            lambda: f64 @ f64,
+        )
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            for done in [pool.submit(job) for job in jobs]:
+                done.result()
+    except Exception as exc:  # noqa: BLE001 - no GPU or the like: the first request reports it properly
+        log.debug("warm-up skipped: %s", exc)
+
+
 def _serve(conn: Any) -> None:
     """The worker's loop: answer requests until told to stop or a CUDA error makes the context unusable."""
     from cupy.cuda.runtime import CUDARuntimeError
     from cupy_backends.cuda.api.driver import CUDADriverError
 
+    _warm_up()
     flush = None
     fixtures: dict[Any, Any] = {}
     while True:
