@@ -99,8 +99,8 @@ def test_the_conv_spec_loads_with_feasible_start_points():
     labels = [p.label for p in spec.problems]
     assert "n1c64h56w56k64r3s3u1p1" in labels and "n1c256h14w14k256r3s3u1p1" in labels
     assert "n32c64h56w56k64r3s3u1p1" in labels and len(labels) == len(set(labels)) == 6
-    assert spec.budget.trials == 40 and spec.start_from
-    assert "direct" in {c.as_dict()["TEMPLATE"] for c in spec.start_from}
+    assert spec.budget.trials and spec.start_from
+    assert {"direct", "implicit_simt", "winograd"} <= {c.as_dict()["TEMPLATE"] for c in spec.start_from}
     for config in spec.start_from:
         for problem in spec.problems:
             assert static_check(Candidate("conv2d", "auto", problem, config), SETTINGS) is None

@@ -301,7 +301,7 @@ def test_auto_resolves_to_the_chosen_template():
 @pytest.mark.parametrize(
     ("name", "dtype", "layout", "templates"),
     [
-        ("conv.yaml", "float32", "NCHW", {"direct", "implicit_simt"}),
+        ("conv.yaml", "float32", "NCHW", {"direct", "implicit_simt", "winograd"}),
         ("conv_fp16.yaml", "float16", "NHWC", {"direct", "implicit_simt", "implicit_wmma"}),
     ],
 )
