@@ -45,6 +45,47 @@ def main() -> None:
         marks[f"first candidate {r.status.value}"] = time.perf_counter() - t0
     for k, v in marks.items():
         print(f"{v:7.2f} s  {k}")
+    steps(compiled, settings)
+
+
+def steps(compiled, settings) -> None:
+    """The same first candidate in this process, step by step, with another empty CuPy cache."""
+    os.environ["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="cupy_cache_")
+    import cupy as cp
+
+    from autotune import verify
+    from autotune.bench import L2Flusher, time_launches
+    from autotune.evaluate import load_kernel, make_fixture
+
+    family, problem = FAMILIES["gemm"], compiled.candidate.problem
+    params = compiled.candidate.config.as_dict()
+    t = time.perf_counter()
+
+    def mark(what: str) -> None:
+        nonlocal t
+        cp.cuda.Device().synchronize()
+        now = time.perf_counter()
+        print(f"{now - t:7.2f} s  {what}")
+        t = now
+
+    cp.zeros(1).sum()
+    mark("context and a first kernel")
+    fixture = make_fixture("gemm", problem, seed=1)
+    mark("fixture: inputs and float64 reference")
+    launch = family.launch("simt", params, problem)
+    fn = load_kernel(compiled.compiled, launch.shared_bytes)
+    out = family.new_output(problem)
+    args = family.kernel_args(problem, fixture.inputs, out)
+    verify.poison(out)
+    mark("load the cubin, poison the output")
+    fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+    mark("first launch")
+    verdict = verify.compare(out, fixture.reference, settings.tolerance)
+    mark(f"compare ({verdict.ok})")
+    flush = L2Flusher()
+    mark("L2 flusher")
+    time_launches(lambda: fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes), flush, settings.timing)
+    mark("timing (search plan)")
 
 
 if __name__ == "__main__":
