@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,26 @@ def test_runtime_takes_torch_tensors_and_transposed_views(tmp_path, monkeypatch)
     assert isinstance(out, torch.Tensor) and out.shape == (300, 500)
     ref = cp.asarray(a).astype(cp.float64) @ cp.asarray(b.contiguous()).astype(cp.float64)
     assert _rel(cp.asarray(out), ref) < 1e-5
+
+
+@pytest.mark.gpu
+def test_compare_measures_the_relative_error_and_counts_nan_and_inf():
+    import cupy as cp
+
+    from autotune import verify
+
+    ref = cp.arange(1, 7, dtype=cp.float64).reshape(2, 3)
+    same = verify.compare(ref.astype(cp.float32), ref, 1e-9)
+    assert same.ok and same.error == 0.0
+    off = ref.astype(cp.float32)
+    off[0, 0] += 1.0
+    v = verify.compare(off, ref, 1e-3)
+    assert not v.ok and v.error == pytest.approx(1 / math.sqrt(91)) and "exceeds tolerance" in v.reason
+    bad = ref.astype(cp.float32)
+    bad[1, 2], bad[0, 1] = cp.nan, cp.inf
+    v = verify.compare(bad, ref, 1e-3)
+    assert not v.ok and v.reason.startswith("2 of 6 outputs are NaN or Inf")
+    huge = cp.full((2, 3), 1e200, dtype=cp.float64)  # finite, but its squares overflow
+    assert not verify.compare(huge, ref, 1e-3).ok
+    layout = cp.asfortranarray(ref).T  # a strided reference (a transposed view, as conv's NCHW one is)
+    assert verify.compare(cp.ascontiguousarray(layout).astype(cp.float32), layout, 1e-9).ok
