@@ -265,3 +265,26 @@ def test_split_k_launches_on_two_streams_do_not_share_scratch(tmp_path, monkeypa
     for t in threads:
         t.join()
     assert len(errors) == 2 and max(errors) < tolerance_for("float16"), errors
+
+
+def test_runtime_serves_the_stored_mma_winners(tmp_path, monkeypatch):
+    """tuned/ holds mma winners for fp16 4096^3 and 8192^3: the runtime loads them exactly, and the same
+    configurations serve a never-tuned aligned shape (nearest) and fall back on an odd one (mma refuses it)."""
+    import cupy as cp
+
+    import autotune
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    rng = cp.random.default_rng(11)
+    for m, n, k in [(4096, 4096, 4096), (2048, 3072, 1024), (4095, 4097, 4093)]:
+        a = rng.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+        b = rng.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+        c = rng.standard_normal((m, n), dtype=cp.float32).astype(cp.float16)
+        ref = 0.5 * (a.astype(cp.float64) @ b.astype(cp.float64)) + 2.0 * c.astype(cp.float64)
+        out = autotune.gemm(a, b, out=c.copy(), alpha=0.5, beta=2.0)
+        assert _rel(out, ref) < tolerance_for("float16"), (m, n, k)
+        launcher = autotune.load("gemm", M=m, N=n, K=k, dtype="float16", layout="NN")
+        if (m, n, k) == (4096, 4096, 4096):
+            assert launcher.provenance["step"] == "exact" and launcher.choice.template == "mma"
+        if m % 8:
+            assert launcher.choice.template != "mma"
