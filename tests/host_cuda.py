@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - the mma emulation below is C++ kept in a string
 """Host emulation of the CUDA subset our templates use, for CPU tests that check a kernel's numbers: one
 std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``std::barrier``."""
 
@@ -55,6 +56,98 @@ inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((unsigne
 inline __nv_bfloat16 __float2bfloat16_rn(float v) {
   unsigned u; std::memcpy(&u, &v, 4); u += 0x7fffu + ((u >> 16) & 1u);
   __nv_bfloat16 h; h.x = (unsigned short)(u >> 16); return h;
+}
+"""
+
+
+# Lane-exact emulations of the PTX wrappers of the mma templates (templates/gemm/mma.cu.j2,
+# templates/conv/implicit_mma.cu.j2): mma.sync m16n8k16, ldmatrix (.trans) and cp.async. Every lane publishes
+# its operands to its warp, the warp meets at a barrier, and each lane takes what the PTX ISA's fragment layouts
+# give it. cp.async copies land only when cp.async.wait_group lets them (the latest the hardware may), so a
+# missing wait reads stale shared memory; ldmatrix checks alignment and counts bank conflicts. The launcher must
+# set g_smem_base, g_smem_size and one g_warp_bar per warp.
+MMA_PTX = r"""
+#define AUTOTUNE_HOST_EMULATION
+struct WarpExchange { const unsigned short* rows[32]; unsigned a[32][4]; unsigned b[32][2]; };
+std::barrier<>* g_warp_bar[32];
+WarpExchange g_wx[32];
+unsigned char* g_smem_base;
+size_t g_smem_size;
+std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+
+struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; };
+thread_local std::vector<PendingCopy> t_open;
+thread_local std::vector<std::vector<PendingCopy>> t_groups;
+inline void cp_async16(void* dst, const void* src, bool in_bounds) {
+  PendingCopy c; c.dst = (unsigned char*)dst;
+  if ((uintptr_t)dst % 16 || c.dst < g_smem_base || c.dst + 16 > g_smem_base + g_smem_size) { fprintf(stderr, "cp.async: bad shared address\n"); abort(); }
+  if (in_bounds) { if ((uintptr_t)src % 16) { fprintf(stderr, "cp.async: unaligned global address\n"); abort(); } std::memcpy(c.bytes, src, 16); }
+  else std::memset(c.bytes, 0, 16);
+  t_open.push_back(c);
+}
+inline void cp_async_commit() { t_groups.push_back(t_open); t_open.clear(); }
+template <int N> inline void cp_async_wait() {
+  while (t_groups.size() > (size_t)N) {
+    for (auto& c : t_groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    t_groups.erase(t_groups.begin());
+  }
+}
+
+inline void ldmatrix_any(unsigned (&r)[4], const void* p, bool trans) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  const unsigned char* q = (const unsigned char*)p;
+  if ((uintptr_t)q % 16 || q < g_smem_base || q + 16 > g_smem_base + g_smem_size) { fprintf(stderr, "ldmatrix: bad row address\n"); abort(); }
+  g_wx[w].rows[l] = (const unsigned short*)p;
+  __syncwarp();
+  if (l == 0) {  // each 8x8 matrix is one phase: its eight 16-byte rows should sit in eight bank groups
+    long conflicts = 0;
+    for (int m = 0; m < 4; ++m) {
+      unsigned seen = 0;
+      for (int i = 0; i < 8; ++i) {
+        const unsigned group = (unsigned)(((const unsigned char*)g_wx[w].rows[8 * m + i] - g_smem_base) / 16 % 8);
+        conflicts += (seen >> group) & 1u; seen |= 1u << group;
+      }
+    }
+    g_conflicts += conflicts; g_ldmatrix += 1;
+  }
+  for (int m = 0; m < 4; ++m) {
+    unsigned lo, hi;
+    if (!trans) {  // lane l: row l / 4 of matrix m, elements 2 (l % 4) and 2 (l % 4) + 1
+      const unsigned short* row = g_wx[w].rows[8 * m + l / 4];
+      lo = row[2 * (l % 4)], hi = row[2 * (l % 4) + 1];
+    } else {  // the same position of the transposed matrix: column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1
+      lo = g_wx[w].rows[8 * m + 2 * (l % 4)][l / 4], hi = g_wx[w].rows[8 * m + 2 * (l % 4) + 1][l / 4];
+    }
+    r[m] = lo | (hi << 16);
+  }
+  __syncwarp();
+}
+inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { ldmatrix_any(r, p, false); }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { ldmatrix_any(r, p, true); }
+
+inline float bits_to_float(unsigned short h, __half*) { return __half2float(__ushort_as_half(h)); }
+inline float bits_to_float(unsigned short h, __nv_bfloat16*) { return __uint_as_float((unsigned)h << 16); }
+// d += A (16x16, row) B (16x8, col); groupID g = lane / 4, q = lane % 4 (PTX ISA, mma.m16n8k16 .f16/.bf16):
+// a0 (g, 2q..2q+1), a1 (g+8, 2q..), a2 (g, 2q+8..), a3 (g+8, 2q+8..); b0 (k 2q..2q+1, n g), b1 (k 2q+8.., n g);
+// c0, c1 (g, 2q..2q+1), c2, c3 (g+8, 2q..2q+1)
+template <class X>
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) g_wx[w].a[l][i] = a[i];
+  for (int i = 0; i < 2; ++i) g_wx[w].b[l][i] = b[i];
+  __syncwarp();
+  auto half = [](unsigned reg, int k) { return (unsigned short)(k % 2 ? reg >> 16 : reg & 0xffffu); };
+  auto A_ = [&](int r, int k) { return bits_to_float(half(g_wx[w].a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k), (X*)nullptr); };
+  auto B_ = [&](int k, int n) { return bits_to_float(half(g_wx[w].b[n * 4 + (k % 8) / 2][k / 8], k), (X*)nullptr); };
+  const int g = l / 4, q = l % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
+    float s = d[e];
+    for (int k = 0; k < 16; ++k) s += A_(row, k) * B_(k, col);
+    d[e] = s;
+  }
+  __syncwarp();
 }
 """
 

@@ -1,5 +1,6 @@
-"""GPU tier for conv2d: the direct and winograd templates verified against the float64 CuPy reference on fresh random
-inputs in both layouts and dtypes (odd shapes, 1x1, 7x7 stride 2), the reference itself against cuDNN,
+"""GPU tier for conv2d: the direct, winograd and implicit-GEMM templates verified against the float64 CuPy
+reference on fresh random inputs in both layouts and dtypes (odd shapes, 1x1, 7x7 stride 2; implicit_mma in
+fp16 NHWC only), the reference itself against cuDNN,
 and a short real run that stores a verified winner."""
 
 from __future__ import annotations
@@ -237,3 +238,35 @@ def test_a_short_auto_run_stores_a_verified_winner(tmp_path, capsys, spec_name, 
     e = doc["entries"][f"{dtype}/{layout}/n2c32h15w13k48r3s3u1p1"]
     assert e["verified"] is True and e["template"] in CONV.templates and e["template"] != "auto"
     assert e["error"] < tolerance_for(dtype)
+
+
+MMA_SHAPES = [
+    [2, 8, 7, 9, 12, 3, 3, 1, 1],  # padding, M tail, K = 12 (element stores)
+    [3, 16, 9, 7, 20, 3, 3, 1, 1],
+    [2, 64, 15, 15, 130, 1, 1, 1, 0],  # 1x1, K past two channel blocks
+    [2, 16, 37, 41, 64, 7, 7, 2, 3],  # 7x7 stride 2 pad 3
+    [1, 24, 6, 5, 40, 3, 3, 2, 2],
+    [1, 32, 6, 6, 8, 5, 3, 1, 0],  # non-square filter, no padding
+    [1, 64, 56, 56, 64, 3, 3, 1, 1],  # a batch-1 layer of BENCHMARKS.md
+    [4, 256, 14, 14, 256, 3, 3, 1, 1],
+]
+MMA_CONFIGS = [
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=3),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=64, BK=32, WM=64, WN=32, STAGES=4),
+    dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=3),
+    dict(BM=32, BN=64, BK=64, WM=16, WN=32, STAGES=5),
+    dict(BM=64, BN=32, BK=128, WM=32, WN=16, STAGES=2),
+]
+
+
+@pytest.mark.parametrize("params", MMA_CONFIGS, ids=lambda p: "bm{BM}bn{BN}bk{BK}wm{WM}wn{WN}s{STAGES}".format(**p))
+def test_implicit_mma_is_correct_on_odd_shapes(settings, params):
+    s = replace(settings, tolerance=tolerance_for("float16"))
+    failures = []
+    for shape in MMA_SHAPES:
+        problem = CONV.problem(shape, "float16", "NHWC")
+        r = evaluate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), s)
+        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+    assert not failures, "\n".join(failures)

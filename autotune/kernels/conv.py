@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import conv_implicit, conv_winograd
+from . import conv_implicit, conv_implicit_mma, conv_winograd
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2}
@@ -49,7 +49,7 @@ FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shif
 DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
 # Templates described by their own module (PARAMS, DTYPES, LAYOUTS, KINDS, DESCRIPTION, alignment, derived,
 # check, check_problem, launch); "direct" is described here.
-MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "winograd": conv_winograd}
+MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "implicit_mma": conv_implicit_mma, "winograd": conv_winograd}
 
 
 @dataclass(frozen=True)

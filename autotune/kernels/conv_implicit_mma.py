@@ -1,0 +1,116 @@
+"""The implicit-GEMM conv2d template on mma.sync (templates/conv/implicit_mma.cu.j2): parameters, checks.
+
+The GEMM view of conv_implicit.py (M = N*P*Q output pixels, N_gemm = K output channels, reduction
+kk = (r*S + s)*C + c over C*R*S), computed with the techniques of the mma GEMM (templates/gemm/mma.cu.j2):
+``mma.sync.aligned.m16n8k16`` on fragments that ``ldmatrix`` reads from XOR-swizzled shared memory, filled by
+a STAGES-deep ``cp.async`` pipeline whose 16-byte copies are zero-filled in the padding, past the image edges
+and past the reduction. fp16 in and out, fp32 accumulation, NHWC only, C a multiple of 8 (a 16-byte copy
+is 8 channels of one filter tap); any N, H, W, K, R, S, stride and padding otherwise.
+
+    block tile   BM pixels x BN channels x BK reduction, split among (BM/WM) x (BN/WN) warps
+    warp tile    WM x WN = (WM/16) x (WN/8) m16n8k16 instructions per k-step of 16
+    shared       A tile BM x BK (pixel rows, reduction contiguous), B tile BN x BK (the filter's rows):
+                 both are ldmatrix "row"/"col" operands without .trans
+    epilogue     per warp, 16 rows at a time through shared memory, 16-byte stores when K % 8 == 0
+
+Every check here is mirrored by a ``static_assert`` in the template.
+
+Example::
+
+    >>> p = dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3)
+    >>> derived(p)["THREADS"], derived(p)["SHARED_BYTES"]
+    (128, 49152)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Launch, Params
+from .conv_implicit import _check_problem, _launch
+
+PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES")
+KINDS: tuple[tuple[str, str], ...] = ()
+DTYPES = ("float16",)
+LAYOUTS = ("NHWC",)
+DESCRIPTION = "implicit GEMM on tensor cores through mma.sync m16n8k16 + ldmatrix, swizzled cp.async pipeline"
+NAME = "implicit_mma"
+
+ES = 2  # bytes per element
+CH = 8  # elements per 16-byte chunk
+MAX_THREADS = 1024
+MAX_ACCUMULATORS = 128  # floats per thread
+MAX_STAGES = 5
+MAX_SHARED = 227 * 1024
+MAX_COORD = 2**14  # input row and column coordinates share one register as signed 16-bit halves
+MAX_OFFSET = 2**31 - 1  # element offsets into x are ints
+BKS = (16, 32, 64, 128)  # powers of two: a tile row's chunks XOR-swizzle over whole 128-byte lines
+
+
+def alignment(problem: Any) -> dict[str, Any]:
+    """No alignment variant: check_problem refuses what the 16-byte copies cannot take."""
+    return {}
+
+
+def shared_bytes(params: Params) -> int:
+    """max(STAGES x (A + B stage), the epilogue's 16 rows of WN + 8 floats per warp)."""
+    p = params
+    pipe = p["STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * ES
+    warps = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"])
+    return max(pipe, warps * 16 * (p["WN"] + 8) * 4)
+
+
+def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Warps, threads, the copy split (CPR chunks per tile row, RP rows per pass) and shared memory."""
+    p = params
+    warps_m, warps_n = max(1, p["BM"] // p["WM"]), max(1, p["BN"] // p["WN"])
+    threads = warps_m * warps_n * 32
+    cpr = max(1, p["BK"] // CH)
+    rp = max(1, threads // cpr)
+    return {"WARPS_M": warps_m, "WARPS_N": warps_n, "THREADS": threads, "CPR": cpr, "RP": rp,
+            "A_ITERS": -(-p["BM"] // rp), "B_ITERS": -(-p["BN"] // rp),
+            "SHARED_BYTES": shared_bytes(p)}  # fmt: skip
+
+
+def check(params: Params) -> str | None:
+    """Why this configuration can never be built, or None. Each reason is a static_assert message."""
+    p = params
+    if p["WM"] % 16 or p["WN"] % 16 or p["WM"] < 16 or p["WN"] < 16:
+        return "WM and WN must be multiples of 16"
+    if p["BM"] % p["WM"] or p["BN"] % p["WN"]:
+        return "the warp tile WMxWN must divide the block tile BMxBN"
+    if p["BK"] not in BKS:
+        return "BK must be 16, 32, 64 or 128"
+    threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+    if threads > MAX_THREADS:
+        return f"{threads} threads per block exceeds {MAX_THREADS}"
+    if p["WM"] * p["WN"] // 32 > MAX_ACCUMULATORS:
+        return f"more than {MAX_ACCUMULATORS} accumulators per thread (WM*WN/32)"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    if shared_bytes(p) > MAX_SHARED:
+        return f"needs {shared_bytes(p)} bytes of shared memory, more than {MAX_SHARED}"
+    return None
+
+
+def check_problem(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot compute this problem (dtype, layout, C % 8, indices, grid), or None."""
+    reason = _check_problem(NAME, DTYPES, LAYOUTS, params["BM"], params["BN"], problem)
+    if reason:
+        return reason
+    p = problem
+    if p.C % CH:
+        return f"{NAME} needs C to be a multiple of {CH}, not {p.C}: its 16-byte copies take 8 channels of one tap"
+    hp, wp = p.H + 2 * p.pad, p.W + 2 * p.pad
+    if hp >= MAX_COORD or wp >= MAX_COORD:
+        return f"{NAME} needs H + 2*pad and W + 2*pad below {MAX_COORD} (coordinates packed in 16 bits)"
+    if p.N * hp * wp * p.C > MAX_OFFSET:
+        return f"{NAME} needs the padded input N*(H+2*pad)*(W+2*pad)*C below 2**31 elements (32-bit offsets)"
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    """grid (blocks of BM output pixels, blocks of BN output channels); pixel blocks are the fast index."""
+    d = derived(params)
+    return _launch(params["BM"], params["BN"], d["THREADS"], d["SHARED_BYTES"], problem)

@@ -1,0 +1,241 @@
+# ruff: noqa: E501 - the host launcher below is C++ kept in a string
+"""CPU tier for the implicit_mma conv2d template: checks mirrored by static_asserts, problem checks, launch
+geometry, NVRTC compiles for sm_90 without spills (with a register margin), the conv spec's start points, and
+the kernel's numbers on odd shapes when its CUDA source runs on the host with the lane-exact emulations of
+mma.sync, ldmatrix and cp.async (tests/host_cuda.py MMA_PTX)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.compiler import compile_source
+from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.kernels import FAMILIES
+from autotune.kernels import conv_implicit_mma as im
+from autotune.space import Config
+from autotune.spec import load_spec
+from autotune.templates import render
+from tests.host_cuda import HEADER, MMA_PTX, gxx
+from tests.test_conv import reference
+
+ROOT = Path(__file__).resolve().parent.parent
+CONV = FAMILIES["conv2d"]
+SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
+P = dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=3)  # 8 warps
+GOOD = {
+    "128x128x32s3_w64x32": P,
+    "128x128x32s3_w64x64": dict(P, WN=64),
+    "128x64x32s4": dict(P, BN=64, STAGES=4),
+    "64x64x64s3": dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=3),
+    "64x128x32s4": dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=4),
+    "32x32x16s2": dict(BM=32, BN=32, BK=16, WM=16, WN=16, STAGES=2),
+    "64x32x128s2": dict(BM=64, BN=32, BK=128, WM=32, WN=16, STAGES=2),
+}
+MAX_REGISTERS = {"128x128x32s3_w64x64": 255}  # 128 accumulators: no margin (the others keep >= 24)
+
+REJECTED = [
+    (dict(P, WM=24, BM=96), "WM and WN must be multiples of 16"),
+    (dict(P, WN=48), "the warp tile WMxWN must divide the block tile BMxBN"),
+    (dict(P, BK=48), "BK must be 16, 32, 64 or 128"),
+    (dict(P, BK=8), "BK must be 16, 32, 64 or 128"),
+    (dict(P, BM=256, BN=256, WM=32, WN=32), "threads per block exceeds 1024"),
+    (dict(P, WM=128, WN=64), "more than 128 accumulators per thread (WM*WN/32)"),
+    (dict(P, STAGES=1), "STAGES must be 2 to 5"),
+    (dict(P, STAGES=6), "STAGES must be 2 to 5"),
+    (dict(P, BM=256, BN=256, BK=128, WM=64, WN=64, STAGES=3), "bytes of shared memory, more than 232448"),
+]
+
+
+@pytest.mark.parametrize(("params", "reason"), REJECTED)
+def test_every_check_is_a_static_assert(params, reason):
+    got = CONV.check("implicit_mma", params)
+    assert got is not None and reason in got, got
+    r = render("conv2d", "implicit_mma", params, CONV.problem("n1c8h7w5k5r3s3u1p1", "float16", "NHWC"))
+    result = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not result.ok and "static assert" in result.error, result.error
+    message = "needs more shared memory than the 232448 bytes" if "shared memory" in reason else reason
+    assert message in result.log, result.log[-500:]
+
+
+def test_good_configs_pass_the_checks():
+    for label, p in GOOD.items():
+        assert CONV.check("implicit_mma", p) is None, label
+        assert CONV.check("auto", {"TEMPLATE": "implicit_mma", **p}) is None, label
+
+
+def test_problem_checks_refuse_with_one_sentence():
+    ok = CONV.problem("n32c64h56w56k64r3s3u1p1", "float16", "NHWC")
+    assert CONV.check_problem("implicit_mma", P, ok) is None
+    cases = [
+        (CONV.problem(ok.label, "float16", "NCHW"), "implicit_mma computes layouts NHWC, not NCHW"),
+        (CONV.problem(ok.label, "float32", "NHWC"), "implicit_mma computes float16, not float32"),
+        (CONV.problem("n1c12h7w9k8r3s3u1p1", "float16", "NHWC"), "C to be a multiple of 8, not 12"),
+        (CONV.problem("n1c8h16380w9k8r3s3u1p2", "float16", "NHWC"), "below 16384"),
+        (CONV.problem("n4096c64h200w200k8r1s1u1p1", "float16", "NHWC"), "below 2**31 elements"),
+    ]
+    for problem, fragment in cases:
+        reason = CONV.check_problem("implicit_mma", P, problem)
+        assert reason is not None and fragment in reason and reason.count(". ") == 0, reason
+    # K, R, S, stride and padding are free, K need not be a multiple of 8
+    for label in ("n3c8h9w7k20r3s3u1p1", "n2c16h19w17k13r7s7u2p3", "n1c24h6w7k5r1s1u1p0", "n1c8h5w5k8r5s5u3p4"):
+        assert CONV.check_problem("implicit_mma", P, CONV.problem(label, "float16", "NHWC")) is None, label
+
+
+def test_geometry_and_shared_memory():
+    p = CONV.problem("n32c64h56w56k64r3s3u1p1", "float16", "NHWC")
+    launch = CONV.launch("implicit_mma", P, p)
+    assert launch.grid == (32 * 56 * 56 // 128, 1, 1) and launch.block == (256, 1, 1)
+    assert launch.shared_bytes == 3 * (128 + 128) * 32 * 2
+    small = GOOD["32x32x16s2"]  # the epilogue's staging sets the size
+    assert im.shared_bytes(small) == max(2 * 64 * 16 * 2, 4 * 16 * 24 * 4)
+    d = CONV.derived("implicit_mma", GOOD["64x128x32s4"], p)
+    assert (d["THREADS"], d["CPR"], d["RP"], d["A_ITERS"], d["B_ITERS"]) == (128, 4, 32, 2, 4)
+    q = CONV.problem("n2c16h13w11k130r3s3u1p1", "float16", "NHWC")
+    assert CONV.launch("implicit_mma", P, q).grid == (-(-2 * 13 * 11 // 128), 2, 1)
+    name = CONV.kernel_name("auto", {"TEMPLATE": "implicit_mma", **P}, q)
+    assert name == "conv2d_implicit_mma_f16_nhwc_bm128_bn128_bk32_wm64_wn32_stages3"
+    # one source per configuration: the shape never changes it
+    a = render("conv2d", "implicit_mma", P, q)
+    assert a.source == render("conv2d", "implicit_mma", P, CONV.problem("n1c8h5w5k7r1s1u2p0", "float16", "NHWC")).source
+
+
+def test_auto_offers_implicit_mma():
+    assert "implicit_mma" in CONV.templates["auto"].kind("TEMPLATE")
+    r = render(
+        "conv2d", "auto", {"TEMPLATE": "implicit_mma", **P}, CONV.problem("n1c8h7w5k5r3s3u1p1", "float16", "NHWC")
+    )
+    assert r.template == "implicit_mma"
+
+
+@pytest.mark.parametrize("label", list(GOOD))
+def test_compiles_for_sm90_without_spills(label):
+    problem = CONV.problem("n32c64h56w56k64r3s3u1p1", "float16", "NHWC")
+    c = render_candidate(Candidate("conv2d", "implicit_mma", problem, Config.of(GOOD[label])), SETTINGS)
+    assert c.status is None, c.reason
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, r.error
+    assert r.spills == 0 and r.stack_bytes == 0, f"spills {r.spills} bytes ({r.registers} registers)"
+    assert r.registers <= MAX_REGISTERS.get(label, 232), f"{r.registers} registers: no margin left"
+    assert "mma.sync" in c.source and "ldmatrix" in c.source
+
+
+# --- the kernel's arithmetic, run on the host ---------------------------------------------------------
+
+EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy threads smem_bytes
+static std::vector<char> slurp(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
+  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
+}
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);
+  gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), 1u};
+  int threads = atoi(argv[15]); size_t smem_bytes = atol(argv[16]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
+  std::vector<T> y((size_t)a[0] * a[9] * a[10] * a[4]);
+  std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN: unwritten outputs fail
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
+  g_smem_size = smem_bytes;
+  g_smem = (float*)g_smem_base;
+  for (unsigned by = 0; by < gridDim.y; ++by)
+    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+      blockIdx = {bx, by, 0};
+      std::barrier<> bar(threads);
+      g_bar = &bar;
+      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+      for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
+      std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in fp16 and fp32: stale reads show
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx = {(unsigned)t, 0, 0};
+          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
+          if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
+        });
+      for (auto& th : ts) th.join();
+    }
+  FILE* f = fopen((dir + "/y.bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
+  printf("%ld %ld\n", g_conflicts.load(), g_ldmatrix.load());
+  return 0;
+}
+"""
+
+
+def emulate(tmp_path, params, problem):
+    """(the kernel's output as float64 NCHW, the float64 reference, ldmatrix bank conflicts, ldmatrix count)."""
+    compiler = gxx()
+    if compiler is None:
+        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+    assert CONV.check("implicit_mma", params) is None and CONV.check_problem("implicit_mma", params, problem) is None
+    r = render("conv2d", "implicit_mma", params, problem)
+    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
+    decl = "extern __shared__ __align__(128) unsigned char smem_raw[];"
+    assert decl in src
+    src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
+    (tmp_path / "k.cpp").write_text(
+        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+    )
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+
+    p = problem
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(np.float16)
+    w = rng.standard_normal((p.K, p.C, p.R, p.S)).astype(np.float16)
+    x.transpose(0, 2, 3, 1).tofile(tmp_path / "x.bin")  # NHWC, and w as K, R, S, C
+    w.transpose(0, 2, 3, 1).tofile(tmp_path / "w.bin")
+    launch = CONV.launch("implicit_mma", params, p)
+    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, launch.grid[0], launch.grid[1], launch.block[0]]
+    args += [launch.shared_bytes]
+    run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    conflicts, loads = map(int, run.stdout.split())
+    y = np.fromfile(tmp_path / "y.bin", dtype=np.float16).astype(np.float64)
+    y = y.reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2)
+    return y, reference(x.astype(np.float64), w.astype(np.float64), p), conflicts, loads
+
+
+SMALL = dict(BM=64, BN=32, BK=32, WM=32, WN=16, STAGES=3)  # 4 warps, 2 k-steps a tile
+EMULATED = [
+    # params, shape [N, C, H, W, K, R, S, stride, pad]
+    (SMALL, [2, 8, 7, 9, 12, 3, 3, 1, 1]),  # padding, M tail, K = 12 (element stores), KG = 72 tail
+    (dict(SMALL, STAGES=2), [2, 16, 5, 7, 16, 1, 1, 1, 0]),  # 1x1: KG = 16 below one tile
+    (dict(SMALL, BK=16, STAGES=4), [1, 16, 11, 9, 20, 7, 7, 2, 3]),  # 7x7 stride 2 pad 3, K = 20
+    (dict(BM=32, BN=64, BK=64, WM=16, WN=32, STAGES=5), [1, 24, 6, 5, 40, 3, 3, 2, 2]),  # C = 24, 5 stages
+    (dict(BM=64, BN=32, BK=128, WM=32, WN=16, STAGES=2), [1, 32, 6, 6, 8, 5, 3, 1, 0]),  # non-square, BK = 128
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "shape"), EMULATED, ids=lambda v: "x".join(map(str, v)) if isinstance(v, list) else None
+)
+def test_emulated_kernel_matches_float64(tmp_path, params, shape):
+    problem = CONV.problem(shape, "float16", "NHWC")
+    y, ref, conflicts, loads = emulate(tmp_path, params, problem)
+    assert np.isfinite(y).all(), f"{(~np.isfinite(y)).sum()} outputs unwritten"
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    assert err < 2e-3, f"relative error {err:.2e}"
+    assert loads > 0 and conflicts == 0, f"{conflicts} bank conflicts in {loads} ldmatrix"
+
+
+# --- the fp16 conv spec ----------------------------------------------------------------------------------
+
+
+def test_the_fp16_conv_spec_offers_implicit_mma_with_start_points_that_compile():
+    spec = load_spec(ROOT / "configs" / "conv_fp16.yaml")
+    starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "implicit_mma"]
+    assert len(starts) >= 2
+    for config in starts:
+        for problem in spec.problems:
+            assert static_check(Candidate("conv2d", "auto", problem, config), SETTINGS) is None, (config, problem)
+        c = render_candidate(Candidate("conv2d", "auto", spec.problems[0], config), SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, (config, r.error, r.spills)
+    feasible = [c for c in spec.space.enumerate() if c.as_dict()["TEMPLATE"] == "implicit_mma"]
+    assert feasible and all(CONV.check("auto", c.as_dict()) is None for c in feasible)
