@@ -248,3 +248,17 @@ def test_the_measured_error_is_recorded_and_shown_next_to_the_time():
     best = report.best_per_shape(report.trials(ROOT / "tests" / "data" / "recorded.journal"))
     shown = report._best_display(best)
     assert "error" in shown.columns and shown["error"].str.contains("e-").all()
+
+
+@pytest.mark.parametrize("spec_file", ["conv_winograd.yaml", "conv.yaml"])
+def test_the_winograd_start_points_compile_without_spills(spec_file):
+    """Pipelining holds the next step's raw operands in registers: the start points must still fit them."""
+    spec = load_spec(ROOT / "configs" / spec_file)
+    problem = spec.problems[0]
+    points = [c for c in spec.start_from if c.as_dict().get("TEMPLATE", "winograd") == "winograd"]
+    assert any(c.as_dict()["PIPE"] == 1 for c in points) and any(c.as_dict()["PIPE"] == 0 for c in points)
+    for config in points:
+        c = render_candidate(Candidate("conv2d", spec.template, problem, config), SETTINGS)
+        assert c.status is None, c.reason
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, f"{c.kernel_name}: {r.registers} registers, {r.spills} spilled {r.error}"
