@@ -34,6 +34,8 @@ GOOD = {
     "pipe_small2": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2),  # 128 threads
     "pipe_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1),  # items past the end
     "pipe_tall_k": dict(TILES=16, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=1, MINB=1),  # 256 threads, 64 acc
+    "t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1),  # batch 1: 128 threads, TG = 2
+    "k8": dict(TILES=16, KB=8, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=0, MINB=2),  # KG = 2
     "pair": dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=0, PIPE=0, MINB=2),  # batch-32 winner, 2 per SM
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
@@ -188,6 +190,10 @@ EMULATED = [
     ("pipe_odd_cb", [2, 7, 7, 9, 6, 3, 3, 1, 0], "float16", "NHWC"),
     ("pipe_tall_k", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # pad 2, K past one channel block
     ("pipe_tall_k", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),
+    ("t8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, K past the channel blocks
+    ("t8", [2, 33, 5, 6, 20, 3, 3, 1, 1], "float16", "NHWC"),
+    ("k8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float16", "NCHW"),
+    ("k8", [2, 21, 5, 6, 11, 3, 3, 1, 2], "float32", "NHWC"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float16", "NHWC"),
 ]
