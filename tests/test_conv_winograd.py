@@ -36,6 +36,10 @@ GOOD = {
     "pipe_tall_k": dict(TILES=16, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=1, MINB=1),  # 256 threads, 64 acc
     "t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1),  # batch 1: 128 threads, TG = 2
     "k8": dict(TILES=16, KB=8, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=0, MINB=2),  # KG = 2
+    # PIPE = 2: raw operands by cp.async into a shared buffer (the host emulation copies them synchronously)
+    "cp_w2": dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1),  # batch-32 winner, 512 threads
+    "cp_t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=2, MINB=1),  # 2 filters a thread
+    "cp_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),  # tiles past the end
     "pair": dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=0, PIPE=0, MINB=2),  # batch-32 winner, 2 per SM
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
@@ -63,7 +67,7 @@ REJECTED = [
     (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, KT=8, KB=36), "KT must divide KB"),
-    (dict(D, PIPE=2), "PIPE must be 0 or 1"),
+    (dict(D, PIPE=3), "PIPE must be 0, 1 or 2"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
      "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
@@ -133,6 +137,8 @@ def test_launch_geometry_and_shared_memory():
     staged = 16 * 8 * ((32 + 4) + (32 + 4))  # U and V of one step
     assert launch.shared_bytes == 4 * staged
     assert CONV.launch("winograd", dict(D, PIPE=1), p).shared_bytes == 2 * 4 * staged  # two stages
+    raw = 16 * 1 + 9 * 1  # PIPE 2: one tile and one filter a thread, copied raw
+    assert CONV.launch("winograd", dict(D, PIPE=2), p).shared_bytes == 2 * 4 * staged + 4 * raw * 512
     assert CONV.derived("winograd", dict(D, PIPE=1))["STAGES"] == 2 and CONV.derived("winograd", D)["STAGES"] == 1
     d = CONV.derived("winograd", D, p)
     assert (d["KG"], d["TG"], d["EG"], d["X_ITEMS"], d["W_ITEMS"], d["Y_ITEMS"]) == (8, 4, 16, 1, 1, 1)
@@ -194,6 +200,12 @@ EMULATED = [
     ("t8", [2, 33, 5, 6, 20, 3, 3, 1, 1], "float16", "NHWC"),
     ("k8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float16", "NCHW"),
     ("k8", [2, 21, 5, 6, 11, 3, 3, 1, 2], "float32", "NHWC"),
+    ("cp_w2", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial
+    ("cp_w2", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),
+    ("cp_t8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),
+    ("cp_t8", [2, 33, 5, 6, 20, 3, 3, 1, 0], "float16", "NCHW"),
+    ("cp_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
+    ("cp_odd_cb", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float16", "NHWC"),
 ]

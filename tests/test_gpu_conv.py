@@ -75,6 +75,8 @@ WINOGRAD_CONFIGS = [
     dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=1, MINB=1),  # pipelined, two shared stages
     dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=1, MINB=1),
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=2),
+    dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1),  # cp.async raw copies (fp32)
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),
 ]
 
 

@@ -14,7 +14,8 @@ One fused kernel, so a candidate's time includes every transform:
   thread   ET of the 16 elements x KT channels x TT tiles accumulated in registers; each KT (TT) is read as
            float4 chunks strided by 4 * KB/KT (4 * TILES/TT), so a warp's reads are contiguous
   PIPE     1: two shared stages, the next step's raw operands loaded into registers during this step's GEMMs
-           and transformed into the other stage after them (one __syncthreads per step); 0: one stage
+           and transformed into the other stage after them (one __syncthreads per step); 2: the same, the raw
+           operands copied by 4-byte cp.async into a third shared buffer instead of registers; 0: one stage
   MINB     __launch_bounds__ minimum resident blocks per SM (2 caps registers at 65536 / (2 * threads))
   epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
            ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
@@ -66,8 +67,10 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     kg, tg, eg = p["KB"] // p["KT"], p["TILES"] // p["TT"], 16 // p["ET"]
     threads = eg * kg * tg
     kbs, ts = p["KB"] + p["SPAD"], p["TILES"] + p["SPAD"]
-    stages = 1 + p["PIPE"]
-    staged = stages * 16 * p["CB"] * (kbs + ts)  # U and V of one step, per stage
+    stages = 2 if p["PIPE"] else 1
+    x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
+    raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
+    staged = stages * 16 * p["CB"] * (kbs + ts) + raw * threads  # U and V of one step, per stage; PIPE 2's raw
     epilogue = 16 * kg * ts  # one channel of every thread's tile, all 16 elements
     return {
         "KG": kg,
@@ -76,10 +79,11 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "THREADS": threads,
         "KBS": kbs,
         "TS": ts,
-        "X_ITEMS": -(-p["CB"] * p["TILES"] // threads),
-        "W_ITEMS": -(-p["CB"] * p["KB"] // threads),
+        "X_ITEMS": x_items,
+        "W_ITEMS": w_items,
         "Y_ITEMS": -(-kg * p["TILES"] // threads),
         "STAGES": stages,
+        "RAW": raw,
         "SHARED_BYTES": 4 * max(staged, epilogue),
     }
 
@@ -97,8 +101,8 @@ def check(params: Params) -> str | None:
         return "ET must divide 16"
     if p["SPAD"] % 4:
         return "SPAD must be a multiple of 4 (16-byte rows)"
-    if p["PIPE"] not in (0, 1):
-        return "PIPE must be 0 or 1"
+    if p["PIPE"] not in (0, 1, 2):
+        return "PIPE must be 0, 1 or 2"
     d = derived(p)
     if p["MINB"] * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
