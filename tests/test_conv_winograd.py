@@ -20,24 +20,41 @@ from autotune.spec import load_spec
 from autotune.templates import render, template_path
 from tests.test_conv import CONV, ROOT, SETTINGS, _emulate
 
-D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4)  # 512 threads, 32 accumulators
+D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators
+NP = dict(PIPE=0, MINB=1)
 GOOD = {
     "default": D,
-    "wide": dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4),  # 256 threads, 64 accumulators
-    "small": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0),  # 128 threads
-    "odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8),  # 64 threads; a warp spans element groups
-    "tall_k": dict(TILES=32, KB=64, CB=4, KT=8, TT=4, ET=2, SPAD=4),  # 512 threads, KT/4 = 2 float4 chunks
+    "wide": dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4, **NP),  # 256 threads, 64 accumulators
+    "small": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, **NP),  # 128 threads
+    "odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, **NP),  # 64 threads; a warp spans element groups
+    "tall_k": dict(TILES=32, KB=64, CB=4, KT=8, TT=4, ET=2, SPAD=4, **NP),  # 512 threads, KT/4 = 2 float4 chunks
+    # pipelined (two shared stages, next step's operands in registers during the GEMMs) and MINB = 2
+    "pipe": dict(D, PIPE=1),  # 512 threads, 32 accumulators: fits 128 registers
+    "pipe_k16m2": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=1, MINB=2),  # 256 threads, 2 per SM
+    "pipe_small2": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2),  # 128 threads
+    "pipe_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1),  # items past the end
+    "pipe_tall_k": dict(TILES=16, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=1, MINB=1),  # 256 threads, 64 acc
+    "t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1),  # batch 1: 128 threads, TG = 2
+    "k8": dict(TILES=16, KB=8, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=0, MINB=2),  # KG = 2
+    # PIPE = 2: raw operands by cp.async into a shared buffer (the host emulation copies them synchronously)
+    "cp_w2": dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1),  # batch-32 winner, 512 threads
+    "cp_t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=2, MINB=1),  # 2 filters a thread
+    "cp_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),  # tiles past the end
+    "pair": dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=0, PIPE=0, MINB=2),  # batch-32 winner, 2 per SM
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
 
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
-    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD")
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB")
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
+    assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
     p = CONV.problem("n1c3h7w5k5r3s3u1p1", "float16", "NHWC")
-    assert CONV.kernel_name("winograd", D, p) == "conv2d_winograd_f16_nhwc_tiles32_kb32_cb8_kt4_tt8_et1_spad4"
+    assert (
+        CONV.kernel_name("winograd", D, p) == "conv2d_winograd_f16_nhwc_tiles32_kb32_cb8_kt4_tt8_et1_spad4_pipe0_minb1"
+    )
     ctx = CONV.context("winograd", D, p)
     assert ctx["LAYOUT"] == "NHWC" and ctx["THREADS"] == 512
     other = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
@@ -50,6 +67,10 @@ REJECTED = [
     (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, KT=8, KB=36), "KT must divide KB"),
+    (dict(D, PIPE=3), "PIPE must be 0, 1 or 2"),
+    (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
+    (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
+     "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
     (dict(D, TILES=36), "TT must divide TILES"),
     (dict(D, ET=3), "ET must divide 16"),
     (dict(D, SPAD=2), "SPAD must be a multiple of 4 (16-byte rows)"),
@@ -57,7 +78,7 @@ REJECTED = [
     (dict(D, KB=128), "(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most 1024"),
     (dict(D, KT=8, KB=64, TT=8, TILES=64, ET=4), "at most 128 accumulators per thread (ET*KT*TT)"),
     (dict(D, CB=32, ET=4, TILES=64), "at most 4 input tiles per thread and step (CB*TILES over the threads)"),
-    (dict(TILES=128, KB=64, CB=24, KT=4, TT=4, ET=8, SPAD=4),
+    (dict(TILES=128, KB=64, CB=24, KT=4, TT=4, ET=8, SPAD=4, **NP),
      "needs 307200 bytes of shared memory, more than 232448; use a smaller CB, KB or TILES"),
 ]  # fmt: skip
 
@@ -115,6 +136,10 @@ def test_launch_geometry_and_shared_memory():
     assert launch.grid == (32 * 28 * 28 // 32, 64 // 32, 1) and launch.block == (16 * 8 * 4, 1, 1)
     staged = 16 * 8 * ((32 + 4) + (32 + 4))  # U and V of one step
     assert launch.shared_bytes == 4 * staged
+    assert CONV.launch("winograd", dict(D, PIPE=1), p).shared_bytes == 2 * 4 * staged  # two stages
+    raw = 16 * 1 + 9 * 1  # PIPE 2: one tile and one filter a thread, copied raw
+    assert CONV.launch("winograd", dict(D, PIPE=2), p).shared_bytes == 2 * 4 * staged + 4 * raw * 512
+    assert CONV.derived("winograd", dict(D, PIPE=1))["STAGES"] == 2 and CONV.derived("winograd", D)["STAGES"] == 1
     d = CONV.derived("winograd", D, p)
     assert (d["KG"], d["TG"], d["EG"], d["X_ITEMS"], d["W_ITEMS"], d["Y_ITEMS"]) == (8, 4, 16, 1, 1, 1)
     # Batch 1, odd P and Q: tiles over images and rows, the last block partly empty; K past one channel block.
@@ -123,7 +148,7 @@ def test_launch_geometry_and_shared_memory():
     assert CONV.launch("winograd", GOOD["small"], CONV.problem([3, 5, 7, 9, 37, 3, 3, 1, 0], "float32")).grid == (
         -(-3 * 3 * 4 // 16), 3, 1)  # fmt: skip
     # The epilogue's staging can be the larger buffer: few channels per step, many channel groups.
-    tall = dict(TILES=32, KB=128, CB=1, KT=4, TT=8, ET=4, SPAD=4)
+    tall = dict(TILES=32, KB=128, CB=1, KT=4, TT=8, ET=4, SPAD=4, **NP)
     dt = CONV.derived("winograd", tall)
     assert dt["SHARED_BYTES"] == 4 * 16 * 32 * 36 > 4 * 16 * 1 * (132 + 36)
 
@@ -160,6 +185,29 @@ EMULATED = [
     ("odd_cb", [2, 5, 7, 9, 6, 3, 3, 1, 0], "float16", "NCHW"),
     ("tall_k", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # pad 2, K past one channel block
     ("wide", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),  # tiles of several images in one block
+    # PIPE = 1: one step (C <= CB), two, odd and even step counts; stale stages must never count
+    ("pipe", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),
+    ("pipe", [2, 21, 7, 9, 6, 3, 3, 1, 1], "float16", "NHWC"),  # 3 steps, the last partial
+    ("pipe_k16m2", [2, 17, 7, 9, 20, 3, 3, 1, 1], "float32", "NHWC"),  # 3 steps, K past one channel block
+    ("pipe_k16m2", [1, 16, 6, 5, 16, 3, 3, 1, 0], "float16", "NCHW"),  # 2 steps exactly
+    ("pipe_small2", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float16", "NCHW"),
+    ("pipe_small2", [2, 13, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),  # 4 steps, the last partial
+    ("pipe_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),  # CB = 3: 4 steps
+    ("pipe_odd_cb", [2, 7, 7, 9, 6, 3, 3, 1, 0], "float16", "NHWC"),
+    ("pipe_tall_k", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # pad 2, K past one channel block
+    ("pipe_tall_k", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),
+    ("t8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, K past the channel blocks
+    ("t8", [2, 33, 5, 6, 20, 3, 3, 1, 1], "float16", "NHWC"),
+    ("k8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float16", "NCHW"),
+    ("k8", [2, 21, 5, 6, 11, 3, 3, 1, 2], "float32", "NHWC"),
+    ("cp_w2", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial
+    ("cp_w2", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),
+    ("cp_t8", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),
+    ("cp_t8", [2, 33, 5, 6, 20, 3, 3, 1, 0], "float16", "NCHW"),
+    ("cp_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
+    ("cp_odd_cb", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),
+    ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),
+    ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float16", "NHWC"),
 ]
 
 
@@ -218,3 +266,17 @@ def test_the_measured_error_is_recorded_and_shown_next_to_the_time():
     best = report.best_per_shape(report.trials(ROOT / "tests" / "data" / "recorded.journal"))
     shown = report._best_display(best)
     assert "error" in shown.columns and shown["error"].str.contains("e-").all()
+
+
+@pytest.mark.parametrize("spec_file", ["conv_winograd.yaml", "conv.yaml"])
+def test_the_winograd_start_points_compile_without_spills(spec_file):
+    """Pipelining holds the next step's raw operands in registers: the start points must still fit them."""
+    spec = load_spec(ROOT / "configs" / spec_file)
+    problem = spec.problems[0]
+    points = [c for c in spec.start_from if c.as_dict().get("TEMPLATE", "winograd") == "winograd"]
+    assert any(c.as_dict()["PIPE"] == 1 for c in points) and any(c.as_dict()["PIPE"] == 0 for c in points)
+    for config in points:
+        c = render_candidate(Candidate("conv2d", spec.template, problem, config), SETTINGS)
+        assert c.status is None, c.reason
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, f"{c.kernel_name}: {r.registers} registers, {r.spills} spilled {r.error}"

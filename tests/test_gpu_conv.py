@@ -69,16 +69,25 @@ WINOGRAD_SHAPES = [
     [2, 512, 7, 7, 64, 3, 3, 1, 1],  # the deepest ResNet-50 channel count: fp32 error stays ~1e-6
 ]
 WINOGRAD_CONFIGS = [
-    dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4),
-    dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4),
-    dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4),
-    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8),  # 32 threads, CB not a power of two
+    dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1),
+    dict(TILES=64, KB=32, CB=8, KT=4, TT=8, ET=2, SPAD=4, PIPE=0, MINB=1),
+    dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1),
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=0, MINB=1),  # 32 threads, CB not a power of two
+    dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=1, MINB=1),  # pipelined, two shared stages
+    dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=1, MINB=1),
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=2),
+    dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1),  # cp.async raw copies (fp32)
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("params", WINOGRAD_CONFIGS, ids=lambda p: f"t{p['TILES']}kb{p['KB']}et{p['ET']}cb{p['CB']}")
+@pytest.mark.parametrize(
+    "params",
+    WINOGRAD_CONFIGS,
+    ids=lambda p: f"t{p['TILES']}kb{p['KB']}kt{p['KT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}",
+)
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):
     s = replace(settings, tolerance=tolerance_for(dtype))
     failures, errors = [], []

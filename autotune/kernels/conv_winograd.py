@@ -13,6 +13,10 @@ One fused kernel, so a candidate's time includes every transform:
            filter) are staged in shared memory as [16][CB][TILES + SPAD] and [16][CB][KB + SPAD] floats
   thread   ET of the 16 elements x KT channels x TT tiles accumulated in registers; each KT (TT) is read as
            float4 chunks strided by 4 * KB/KT (4 * TILES/TT), so a warp's reads are contiguous
+  PIPE     1: two shared stages, the next step's raw operands loaded into registers during this step's GEMMs
+           and transformed into the other stage after them (one __syncthreads per step); 2: the same, the raw
+           operands copied by 4-byte cp.async into a third shared buffer instead of registers; 0: one stage
+  MINB     __launch_bounds__ minimum resident blocks per SM (2 caps registers at 65536 / (2 * threads))
   epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
            ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
 
@@ -20,9 +24,11 @@ Every check here is mirrored by a ``static_assert`` in the template.
 
 Example::
 
-    >>> p = dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4)
+    >>> p = dict(TILES=32, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1)
     >>> derived(p)["THREADS"], derived(p)["SHARED_BYTES"]
     (512, 53248)
+    >>> derived(dict(p, PIPE=1))["SHARED_BYTES"]
+    106496
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD")
-KINDS = (("SPAD", "int>=0"),)
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB")
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -41,6 +47,8 @@ MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
 MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
 MAX_SHARED = 227 * 1024
+SM_SHARED = 228 * 1024  # shared memory of one SM; each resident block also reserves 1 KiB
+SM_THREADS = 2048
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 MAX_IMAGE = 2**31 - 1  # elements of one input image (H*W*C): the kernel's offsets within an image are ints
@@ -59,7 +67,10 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     kg, tg, eg = p["KB"] // p["KT"], p["TILES"] // p["TT"], 16 // p["ET"]
     threads = eg * kg * tg
     kbs, ts = p["KB"] + p["SPAD"], p["TILES"] + p["SPAD"]
-    staged = 16 * p["CB"] * (kbs + ts)  # U and V of one step
+    stages = 2 if p["PIPE"] else 1
+    x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
+    raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
+    staged = stages * 16 * p["CB"] * (kbs + ts) + raw * threads  # U and V of one step, per stage; PIPE 2's raw
     epilogue = 16 * kg * ts  # one channel of every thread's tile, all 16 elements
     return {
         "KG": kg,
@@ -68,9 +79,11 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "THREADS": threads,
         "KBS": kbs,
         "TS": ts,
-        "X_ITEMS": -(-p["CB"] * p["TILES"] // threads),
-        "W_ITEMS": -(-p["CB"] * p["KB"] // threads),
+        "X_ITEMS": x_items,
+        "W_ITEMS": w_items,
         "Y_ITEMS": -(-kg * p["TILES"] // threads),
+        "STAGES": stages,
+        "RAW": raw,
         "SHARED_BYTES": 4 * max(staged, epilogue),
     }
 
@@ -88,7 +101,11 @@ def check(params: Params) -> str | None:
         return "ET must divide 16"
     if p["SPAD"] % 4:
         return "SPAD must be a multiple of 4 (16-byte rows)"
+    if p["PIPE"] not in (0, 1, 2):
+        return "PIPE must be 0, 1 or 2"
     d = derived(p)
+    if p["MINB"] * d["THREADS"] > SM_THREADS:
+        return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
     if d["THREADS"] % 32 or d["THREADS"] > MAX_THREADS:
         return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {MAX_THREADS}"
     if p["ET"] * p["KT"] * p["TT"] > MAX_ACCUMULATORS:
@@ -98,6 +115,9 @@ def check(params: Params) -> str | None:
     if d["SHARED_BYTES"] > MAX_SHARED:
         smem = d["SHARED_BYTES"]
         return f"needs {smem} bytes of shared memory, more than {MAX_SHARED}; use a smaller CB, KB or TILES"
+    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SM_SHARED:
+        smem, minb = d["SHARED_BYTES"], p["MINB"]
+        return f"MINB blocks need {minb} x ({smem} + 1024) bytes of shared memory, more than an SM's {SM_SHARED}"
     return None
 
 
