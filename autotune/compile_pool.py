@@ -47,7 +47,10 @@ class CompilePool:
         self.arch, self.jobs, self.compile_fn, self.timeout_s = arch, jobs, compile_fn, timeout_s
         self._cache: dict[str, CompileResult] = {}
         self._pending: dict[str, Any] = {}  # source hash -> Future, or the Compiled to compile lazily
-        self._deadline: dict[str, float] = {}  # source hash -> when its compile counts as hung
+        # source hash -> when its compile counts as hung; None while it waits in the queue. The clock starts when
+        # the pool hands the compile to its call queue (at most one compile ahead of a free process), so a long
+        # queue of candidates is never mistaken for a hung compiler.
+        self._deadline: dict[str, float | None] = {}
         self._pool: cf.ProcessPoolExecutor | None = None
         self.compiles = 0
 
@@ -73,8 +76,17 @@ class CompilePool:
         self.compiles += 1
         future = self._executor().submit(self.compile_fn, c.source, c.kernel_name, self.arch) if self.jobs > 1 else None
         self._pending[key] = (c, future)
-        self._deadline[key] = time.monotonic() + self.timeout_s
+        self._deadline[key] = None
         return key
+
+    def _hung(self, key: str) -> bool:
+        """Whether the compile of ``key`` has been running past its timeout (starting its clock if it runs)."""
+        future = self._pending[key][1]
+        if self._deadline[key] is None:
+            if future is None or not future.running():
+                return False
+            self._deadline[key] = time.monotonic() + self.timeout_s
+        return time.monotonic() >= self._deadline[key]  # type: ignore[operator]
 
     def ready(self, key: str) -> bool:
         """True when ``result(key)`` will not wait: cached, finished, compiled here on demand, or past its
@@ -82,10 +94,11 @@ class CompilePool:
         if key in self._cache:
             return True
         future = self._pending[key][1]
-        return future is None or future.done() or time.monotonic() >= self._deadline[key]
+        return future is None or future.done() or self._hung(key)
 
-    def first_ready(self, keys: list[str]) -> int:
-        """The index in ``keys`` of the first compile that is ready, waiting for one if none is yet.
+    def first_ready(self, keys: list[str], until: float | None = None) -> int | None:
+        """The index in ``keys`` of the first compile that is ready, waiting for one if none is yet; None if
+        ``until`` (a ``time.monotonic()`` value: the search's time budget) passes first.
 
         The search runs candidates in the order their compiles finish, so a slow compile does not hold up
         the candidates behind it.
@@ -94,48 +107,85 @@ class CompilePool:
             for i, key in enumerate(keys):
                 if self.ready(key):
                     return i
+            now = time.monotonic()
+            if until is not None and now >= until:
+                return None
+            # Wake for the first finished compile, a running compile's deadline, the budget's end, or after a
+            # second (a queued compile's clock starts when a process takes it).
+            wake = [d for d in (self._deadline[k] for k in keys) if d is not None] + [now + 1.0]
+            wake += [until] if until is not None else []
             futures = [self._pending[k][1] for k in keys]
-            timeout = min(self._deadline[k] for k in keys) - time.monotonic()
-            cf.wait(futures, timeout=max(0.0, timeout), return_when=cf.FIRST_COMPLETED)
+            cf.wait(futures, timeout=max(0.0, min(wake) - now), return_when=cf.FIRST_COMPLETED)
 
     def result(self, key: str) -> CompileResult:
         if key in self._cache:
             return self._cache[key]
-        c, future = self._pending.pop(key)
-        deadline = self._deadline.pop(key)
+        c, future = self._pending[key]
         if future is None:
             result = self.compile_fn(c.source, c.kernel_name, self.arch)
         else:
             try:
-                result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                result = self._wait(key, future)
             except cf.TimeoutError:
+                self._forget(key)  # not resubmitted by the restart
                 self._restart()
-                result = CompileResult(c.kernel_name, None, "", self.timeout_s,
-                                       error=f"compile timed out after {self.timeout_s:g} s")  # fmt: skip
+                result = self._timed_out(c)
             except cf.process.BrokenProcessPool:
+                self._forget(key)
                 self._restart()
                 result = CompileResult(c.kernel_name, None, "", 0.0, error="the compiler process died")
+        self._forget(key)
         self._cache[key] = result
         return result
 
-    def _restart(self) -> None:
-        """Replace a pool with a stuck or dead process; compiles still pending go to the new pool."""
+    def _timed_out(self, c: Compiled) -> CompileResult:
+        reason = f"compile timed out after {self.timeout_s:g} s"
+        return CompileResult(c.kernel_name, None, "", self.timeout_s, error=reason)
+
+    def _forget(self, key: str) -> None:
+        self._pending.pop(key, None)
+        self._deadline.pop(key, None)
+
+    def _wait(self, key: str, future: Any) -> CompileResult:
+        """The compile's result; cf.TimeoutError once it has run for longer than the timeout. Other compiles
+        found hung meanwhile are failed and the pool replaced, so a queue behind them cannot wait forever."""
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except cf.TimeoutError:
+                if self._hung(key):
+                    raise
+                hung = [k for k in list(self._pending) if k != key and self._hung(k)]
+                if hung:
+                    for k in hung:
+                        c = self._pending[k][0]
+                        self._forget(k)
+                        self._cache[k] = self._timed_out(c)
+                    self._restart()
+                    future = self._pending[key][1]
+
+    def _kill(self) -> None:
+        """Stop the pool now: kill its processes (a hung compile included) and cancel what is queued."""
         pool, self._pool = self._pool, None
         if pool is not None:
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.kill()
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _restart(self) -> None:
+        """Replace a pool with a stuck or dead process; compiles still pending go to the new pool."""
+        self._kill()
         log.warning("compile pool restarted")
         for key, (c, future) in list(self._pending.items()):
             if future is not None and not (future.done() and not future.cancelled() and future.exception() is None):
                 new = self._executor().submit(self.compile_fn, c.source, c.kernel_name, self.arch)
                 self._pending[key] = (c, new)
-                self._deadline[key] = time.monotonic() + self.timeout_s
+                self._deadline[key] = None
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Kill the compile processes: a compile left hung by a finished search must not keep the program
+        from exiting (the interpreter waits for running pool work at exit)."""
+        self._kill()
 
     def __enter__(self) -> CompilePool:
         return self

@@ -110,9 +110,10 @@ class Expression:
         except (RecursionError, MemoryError, ValueError):
             raise ConstraintError(f"cannot parse {self.text[:40]!r}...: nested too deeply") from None
         names: set[str] = set()
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
             _check_node(node, self.text)
-            if isinstance(node, ast.Name) and node.id not in FUNCTIONS:
+            if isinstance(node, ast.Name) and id(node) not in called:  # a parameter, even one named like a function
                 names.add(node.id)
         object.__setattr__(self, "_tree", tree)
         object.__setattr__(self, "names", frozenset(names))

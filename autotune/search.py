@@ -97,10 +97,13 @@ def _journal_file(path: str) -> Any:
     """
     from optuna.storages.journal import JournalFileBackend
 
+    try:
+        from optuna.storages.journal._file import get_lock_file
+    except ImportError:  # another Optuna: use its backend as it is
+        return JournalFileBackend(path)
+
     class JournalFile(JournalFileBackend):
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
-            from optuna.storages.journal._file import get_lock_file
-
             data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
             with get_lock_file(self._lock), open(self._file_path, "ab") as f:
                 f.write(data)
@@ -359,7 +362,11 @@ def tune_shape(
         if not inflight:
             stopped = "search space exhausted" if exhausted else f"trial budget of {trials} reached"
             break
-        trial, c, handle = _next_compiled(inflight, compiler)
+        item = _next_compiled(inflight, compiler, deadline)
+        if item is None:  # the budget ended while every candidate in flight was still compiling
+            stopped = f"time budget of {minutes:g} min reached"
+            break
+        trial, c, handle = item
         compiled = finish(c, compiler.result(handle), settings) if handle is not None else c
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
@@ -391,13 +398,16 @@ def tune_shape(
 
 
 def _next_compiled(
-    inflight: deque[tuple[Any, Compiled, str | None]], compiler: CompilePool
-) -> tuple[Any, Compiled, str | None]:
-    """Take the first in-flight candidate whose compile has finished (or that needs none), waiting if none has."""
+    inflight: deque[tuple[Any, Compiled, str | None]], compiler: CompilePool, until: float | None
+) -> tuple[Any, Compiled, str | None] | None:
+    """Take the first in-flight candidate whose compile has finished (or that needs none), waiting if none has;
+    None if the time budget (``until``) ends first."""
     handles = [h for _, _, h in inflight]
     i = next((i for i, h in enumerate(handles) if h is None), None)
     if i is None:
-        i = compiler.first_ready(handles)  # type: ignore[arg-type]
+        i = compiler.first_ready(handles, until)  # type: ignore[arg-type]
+        if i is None:
+            return None
     item = inflight[i]
     del inflight[i]
     return item
@@ -457,6 +467,8 @@ def _ask_one(
             prev_trial, prev = state.seen[config.key]
             _tell(study, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
             state.stale += 1
+            if prev.status is Status.INVALID:  # an infeasible proposal again: repaired like the first time
+                repaired = _repair(state, values, inflight)
             continue
         if config.key in inflight:  # already on its way: try again
             trial.set_user_attr("duplicate_of", -1)
@@ -470,15 +482,23 @@ def _ask_one(
             _tell(study, trial, r, objectives=spec.objectives)
             state.record(trial, r, new=True)
             state.stale += 1
-            if state.nearest is not None:  # evaluate the nearest feasible configuration next, not another ask
-                near = state.nearest(values, lambda c: c.key in state.seen or c.key in inflight)
-                if near is not None:
-                    repaired = near.as_dict()
-                    state.repaired += 1
+            repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
             continue
         state.stale = 0
         trial.set_user_attr("owner", _owner())  # lets a later run fail it as interrupted if this process dies
         return trial, render_candidate(candidate, settings)
+
+
+def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[str, Any] | None:
+    """The nearest feasible configuration not yet seen nor in flight, for a model-based sampler's infeasible
+    proposal; None for samplers that draw from the feasible list, or when every configuration is taken."""
+    if state.nearest is None:
+        return None
+    near = state.nearest(values, lambda c: c.key in state.seen or c.key in inflight)
+    if near is None:
+        return None
+    state.repaired += 1
+    return near.as_dict()
 
 
 def _final_best(

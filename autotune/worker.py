@@ -42,6 +42,7 @@ def _warm_up() -> None:
             lambda: cp.random.default_rng(0).standard_normal((4, 4), dtype=cp.float32),
             lambda: f32.astype(cp.float16).astype(cp.float64),
             lambda: compare(f32, f64, 1.0),
+            lambda: int((~cp.isfinite(f32)).sum()),  # the count of a failed comparison
             lambda: cp.empty(4, dtype=cp.float32).fill(float("nan")),
             lambda: cp.empty(4, dtype=cp.int32).fill(0),
             lambda: f64 @ f64,

@@ -77,3 +77,36 @@ def test_a_single_job_pool_keeps_submission_order():
     with CompilePool("sm_90", jobs=1, compile_fn=fake_compile) as pool:
         keys = [pool.submit(rendered(bx, 4)) for bx in (8, 16, 32)]
         assert pool.first_ready(keys) == 0
+
+
+def _one_second_compile(source, kernel_name, arch):
+    time.sleep(1.0)
+    return fake_compile(source, kernel_name, arch)
+
+
+def test_time_in_the_queue_does_not_count_towards_the_compile_timeout():
+    """Six 1 s compiles on two processes: the last ones wait ~2 s in the queue, and none of them is hung."""
+    with CompilePool("sm_90", jobs=2, compile_fn=_one_second_compile, timeout_s=2.5) as pool:
+        keys = [pool.submit(rendered(bx, by)) for bx, by in [(8, 4), (16, 4), (32, 4), (8, 8), (16, 8), (32, 8)]]
+        results = [pool.result(k) for k in reversed(keys)]  # the last submitted waits longest
+        assert all(r.ok for r in results), [r.error for r in results]
+
+
+def test_first_ready_returns_none_when_the_search_budget_ends():
+    with CompilePool("sm_90", jobs=2, compile_fn=slow_compile, timeout_s=60.0) as pool:
+        key = pool.submit(rendered(64, 1))
+        t0 = time.monotonic()
+        assert pool.first_ready([key], until=t0 + 0.5) is None
+        assert 0.4 < time.monotonic() - t0 < 5
+
+
+def test_closing_the_pool_kills_a_hung_compile():
+    pool = CompilePool("sm_90", jobs=2, compile_fn=slow_compile, timeout_s=60.0)
+    pool.submit(rendered(64, 1))
+    time.sleep(1.0)  # let a process take it
+    procs = list(pool._pool._processes.values())
+    assert procs and any(p.is_alive() for p in procs)
+    pool.close()
+    for p in procs:
+        p.join(10)
+    assert not any(p.is_alive() for p in procs)

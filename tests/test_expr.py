@@ -425,3 +425,10 @@ def test_remembered_results_match_fresh_evaluation_and_errors_still_raise():
             e.evaluate({"X": 1, "Y": 0})
     with pytest.raises(ConstraintError, match="not a parameter"):
         e.evaluate({"X": 1})
+
+
+def test_a_parameter_named_like_a_function_is_part_of_the_memo_key():
+    e = Expression("max > 2 and max(max, 1) >= 1")
+    assert e.names == frozenset({"max"})
+    assert e.evaluate({"max": 4}) is True
+    assert e.evaluate({"max": 1}) is False  # not the remembered True

@@ -237,3 +237,10 @@ def test_a_layout_the_template_does_not_compute_is_refused_when_the_spec_loads()
                                                        "SPLIT_K": [1], "PREFETCH": [True], "MINB": [2]})  # fmt: skip
     with pytest.raises(SpecError, match="computes NN, TN; not 'NT'"):
         parse_spec(raw, "s.yaml")
+
+
+def test_auto_refuses_a_template_its_choice_leaves_out():
+    from autotune.kernels import FAMILIES
+
+    reason = FAMILIES["gemm"].check("auto", {"TEMPLATE": "naive", "BX": 8, "BY": 8})
+    assert reason is not None and reason.startswith("TEMPLATE must name a template") and "naive" not in reason

@@ -273,7 +273,7 @@ def test_an_infeasible_tpe_proposal_is_repaired_to_its_nearest_feasible_neighbou
     storage = open_storage(str(tmp_path / "s.journal"))
     out = run(spec, storage, FakeEvaluator(), trials=20)
     assert out.statuses.get("invalid", 0) > 0, "the naive space has infeasible corners TPE proposes"
-    assert out.repaired == out.statuses["invalid"]
+    assert out.repaired >= out.statuses["invalid"]  # a repeated infeasible proposal is repaired too
     trials = optuna.load_study(study_name=out.study_name, storage=storage).get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
     for t in trials:

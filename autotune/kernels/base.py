@@ -49,8 +49,12 @@ def auto_info(
 def check_auto(templates: Mapping[str, TemplateInfo], params: Params) -> str | None:
     """Why an "auto" configuration names no template or lacks a parameter of the one it names, or None."""
     chosen = str(params.get("TEMPLATE", ""))
-    if chosen not in templates or chosen == "auto":
-        return f"TEMPLATE must name a template ({', '.join(t for t in templates if t != 'auto')})"
+    kind = templates["auto"].kind("TEMPLATE") if "auto" in templates else ""
+    allowed = [t for t in templates if t != "auto"]
+    if kind.startswith("choice:"):  # what auto_info offers (gemm leaves "naive" out)
+        allowed = kind.removeprefix("choice:").split(",")
+    if chosen not in allowed or chosen not in templates:
+        return f"TEMPLATE must name a template ({', '.join(allowed)})"
     missing = [n for n in templates[chosen].params if n not in params]
     if missing:
         return f"TEMPLATE={chosen} needs {', '.join(missing)} (check the 'when' conditions)"

@@ -240,8 +240,6 @@ class ConvFamily:
             return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
         if problem.layout not in LAYOUTS:
             return f"{template} computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
-        if template in MODULES:
-            return MODULES[template].check_problem(params, problem)
         smem = self.derived(template, params, problem)["SHARED_BYTES"]
         if smem > MAX_SHARED:
             return (
