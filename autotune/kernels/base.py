@@ -62,10 +62,23 @@ def check_auto(templates: Mapping[str, TemplateInfo], params: Params) -> str | N
 
 
 @dataclass(frozen=True)
+class Step:
+    """A kernel of the same source launched before the main one, e.g. im2col_gemm's unrolling kernel."""
+
+    kernel_name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
 class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
+    # kernels launched first, in order, on the same stream; their arguments come from the family's
+    # before_args(template, params, problem, inputs, scratch). Empty for every one-launch template.
+    before: tuple[Step, ...] = ()
 
 
 class Problem(Protocol):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import conv_implicit, conv_implicit_mma, conv_winograd
+from . import conv_im2col, conv_implicit, conv_implicit_mma, conv_winograd
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2}
@@ -49,7 +49,8 @@ FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shif
 DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
 # Templates described by their own module (PARAMS, DTYPES, LAYOUTS, KINDS, DESCRIPTION, alignment, derived,
 # check, check_problem, launch); "direct" is described here.
-MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "implicit_mma": conv_implicit_mma, "winograd": conv_winograd}
+MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "implicit_mma": conv_implicit_mma, "winograd": conv_winograd,
+                           "im2col_gemm": conv_im2col}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,8 @@ class ConvFamily:
         template = self.resolve(template, params)
         if template in MODULES:
             v = self.variant(template, problem)
+            if hasattr(MODULES[template], "context"):  # im2col_gemm: the included GEMM's context
+                return MODULES[template].context(params, v)
             return {**MODULES[template].derived(params, v), **v}
         return {**self.derived(template, params), **variant(problem.dtype, problem.layout)}
 
@@ -278,6 +281,8 @@ class ConvFamily:
         implicit GEMM: grid (blocks of output pixels, blocks of output channels); winograd: (blocks of
         output 2x2 tiles, blocks of output channels)."""
         template = self.resolve(template, params)
+        if template == "im2col_gemm":  # two launches: the im2col step is named after the candidate's kernel
+            return conv_im2col.launch(params, problem, self.kernel_name(template, params, problem))
         if template in MODULES:
             return MODULES[template].launch(params, problem)
         d = self.derived(template, params, problem)
@@ -286,7 +291,14 @@ class ConvFamily:
         return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
     def scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[int, int] | None:
-        return None
+        """im2col_gemm: (elements of the unrolled matrix, 0); None for every other template."""
+        template = self.resolve(template, params)
+        return conv_im2col.scratch(params, problem) if template == "im2col_gemm" else None
+
+    def extra_bytes(self, template: str, params: Params, problem: ConvProblem) -> int | None:
+        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix; None otherwise."""
+        template = self.resolve(template, params)
+        return conv_im2col.extra_bytes(problem) if template == "im2col_gemm" else None
 
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
@@ -334,18 +346,39 @@ class ConvFamily:
         return cp.empty(self.shapes(problem)[2], dtype=problem.storage)
 
     def new_scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[Any, ...]:
+        """im2col_gemm: (the unrolled matrix, the GEMM's scratch); () for every other template."""
+        if self.resolve(template, params) == "im2col_gemm":
+            return conv_im2col.new_scratch(params, problem)
         return ()
+
+    def before_args(
+        self, template: str, params: Params, problem: ConvProblem, inputs: tuple[Any, Any], scratch: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], ...]:  # fmt: skip
+        """Arguments of each step of ``launch(...).before``: im2col_gemm's im2col kernel takes (x, col) and the
+        nine shape integers plus P and Q."""
+        import numpy as np
+
+        if self.resolve(template, params) != "im2col_gemm":
+            return ()
+        return ((inputs[0], scratch[0], *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q))),)
 
     def kernel_args(
         self, problem: ConvProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0,
         scratch: tuple[Any, ...] = (),
     ) -> tuple[Any, ...]:  # fmt: skip
-        """x, w, y and the nine shape integers plus P and Q. y is overwritten: alpha must be 1 and beta 0."""
+        """x, w, y and the nine shape integers plus P and Q. y is overwritten: alpha must be 1 and beta 0.
+
+        With scratch (only im2col_gemm has any: the unrolled matrix, then the GEMM's own buffers), the GEMM's
+        arguments instead: A = the unrolled matrix, B = w, C = y, M = N*P*Q, N = K, K = R*S*C, alpha 1, beta 0."""
         import numpy as np
 
         if alpha != 1.0 or beta != 0.0:
             raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
         x, w = inputs
+        if scratch:
+            p = problem
+            mnk = (np.int32(p.N * p.P * p.Q), np.int32(p.K), np.int32(p.R * p.S * p.C))
+            return (scratch[0], w, out, *mnk, np.float32(1.0), np.float32(0.0), *scratch[1:])
         return (x, w, out, *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q)))
 
     def vendor(self, problem: ConvProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]] | None:
