@@ -125,10 +125,30 @@ def compile_source(source: str, kernel_name: str, arch: str, options: tuple[str,
     return _with_resources(CompileResult(kernel_name, cubin, log, seconds))
 
 
+def kernel_log(log: str, kernel_name: str) -> str:
+    """The ptxas report of one kernel when the source has several (im2col_gemm), else the whole log."""
+    if log.count("Compiling entry function") < 2:
+        return log
+    pattern = rf"Compiling entry function '{re.escape(kernel_name)}'.*?(?=Compiling entry function|\Z)"
+    m = re.search(pattern, log, re.DOTALL)
+    return m.group(0) if m else ""
+
+
+def kernel_resources(r: CompileResult, kernel_name: str) -> tuple[int | None, int]:
+    """(registers, spilled bytes) of one kernel of a compiled source: from its ptxas report, else the cubin."""
+    part = kernel_log(r.log, kernel_name)
+    regs, spill = _REGS.search(part), _SPILL.search(part)
+    if regs and spill:
+        return int(regs.group(1)), int(spill.group(2)) + int(spill.group(3))
+    registers, stack = cubin_resources(r.cubin or b"", kernel_name)
+    return registers, 2 * (stack or 0)  # counted as stores and loads, as _with_resources does
+
+
 def _with_resources(r: CompileResult) -> CompileResult:
-    regs = _REGS.search(r.log)
-    smem = _SMEM.search(r.log)
-    spill = _SPILL.search(r.log)
+    part = kernel_log(r.log, r.kernel_name)
+    regs = _REGS.search(part)
+    smem = _SMEM.search(part)
+    spill = _SPILL.search(part)
     if regs and spill:
         registers, stack = int(regs.group(1)), int(spill.group(1))
         stores, loads = int(spill.group(2)), int(spill.group(3))

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import verify
 from .bench import L2Flusher, Timing, TimingPlan, time_launches
-from .compiler import CompileResult, compile_source
+from .compiler import CompileResult, compile_source, kernel_resources
 from .energy import EnergyPlan, default_meter
 from .kernels import FAMILIES
 from .space import Config
@@ -94,6 +94,7 @@ class TrialResult:
     gflops_per_j: float | None = None
     energy_method: str | None = None  # "nvml-counter" or "nvml-power-sampling"
     energy_note: str | None = None  # why energy was asked for but not measured
+    extra_bytes: int | None = None  # device memory besides the operands (im2col_gemm's unrolled matrix)
 
     @property
     def ok(self) -> bool:
@@ -117,6 +118,13 @@ def static_check(candidate: Candidate, settings: Settings) -> str | None:
     launch = family.launch(candidate.template, params, candidate.problem)
     if launch.shared_bytes > settings.max_shared_bytes:
         return f"needs {launch.shared_bytes} bytes of shared memory, the device allows {settings.max_shared_bytes}"
+    for step in launch.before:  # kernels launched before the main one (im2col_gemm)
+        threads = step.block[0] * step.block[1] * step.block[2]
+        if threads > 1024:
+            return f"{step.kernel_name} needs {threads} threads per block, more than 1024"
+        if step.shared_bytes > settings.max_shared_bytes:
+            limit = settings.max_shared_bytes
+            return f"{step.kernel_name} needs {step.shared_bytes} bytes of shared memory, the device allows {limit}"
     return None
 
 
@@ -155,6 +163,14 @@ def finish(c: Compiled, result: CompileResult, settings: Settings | None = None)
     blocks = blocks_per_sm(result.registers or 0, threads, shared, settings)
     if blocks == 0:
         return replace(base, status=Status.INVALID, reason="not one block fits on a multiprocessor")
+    for step in launch.before:  # the other kernels of the source: no spills, and their blocks must fit
+        registers, spills = kernel_resources(result, step.kernel_name)
+        if spills and not settings.allow_spills:
+            return replace(base, status=Status.INVALID, reason=f"{step.kernel_name} spills {spills} bytes")
+        step_threads = step.block[0] * step.block[1] * step.block[2]
+        if registers and registers * step_threads > limit:
+            reason = f"{step.kernel_name}: {registers} registers x {step_threads} threads exceed {limit} a block"
+            return replace(base, status=Status.INVALID, reason=reason)
     return replace(base, occupancy=blocks * -(-threads // 32) / (settings.threads_per_sm // 32))
 
 
@@ -183,8 +199,9 @@ _modules: dict[tuple[int, bytes], Any] = {}  # (device, cubin): a module belongs
 _seeds = itertools.count()
 
 
-def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
-    """Load a cubin (cached by content) and raise the dynamic shared-memory limit if needed."""
+def load_kernel(compiled: CompileResult, shared_bytes: int, name: str | None = None) -> Any:
+    """Load a cubin (cached by content) and raise the dynamic shared-memory limit if needed. ``name``: another
+    kernel of the same cubin (a ``Launch.before`` step) instead of ``compiled.kernel_name``."""
     import cupy as cp
     from cupy_backends.cuda.api import driver
 
@@ -195,6 +212,8 @@ def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
         module.load(compiled.cubin)
         fn = (module, module.get_function(compiled.kernel_name))
         _modules[key] = fn  # type: ignore[index]
+    if name is not None and name != compiled.kernel_name:
+        fn = (fn[0], fn[0].get_function(name))
     # Static shared memory counts against the same 48 KB default: a kernel with exactly 48 KB of dynamic
     # shared memory and a few static bytes fails to launch unless the limit is raised.
     if shared_bytes + (compiled.static_smem if compiled.static_smem is not None else 1024) > 48 * 1024:
@@ -204,6 +223,10 @@ def load_kernel(compiled: CompileResult, shared_bytes: int) -> Any:
 
 def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> TrialResult:
     r = c.compiled
+    cand = c.candidate
+    extra_bytes = getattr(FAMILIES[cand.kernel], "extra_bytes", None)  # conv2d only
+    if extra_bytes is not None:
+        extra["extra_bytes"] = extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
     return TrialResult(
         status,
         reason,
@@ -248,7 +271,8 @@ def measure(
     cand = c.candidate
     family = FAMILIES[cand.kernel]
     problem = cand.problem
-    launch = family.launch(cand.template, cand.config.as_dict(), problem)
+    params = cand.config.as_dict()
+    launch = family.launch(cand.template, params, problem)
     if fixture is None or fixture.problem != problem:
         fixture = make_fixture(cand.kernel, problem, seed=settings.seed * 1_000_003 + next(_seeds))
     try:
@@ -260,6 +284,17 @@ def measure(
 
         def run() -> None:
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+        if launch.before:  # two-launch templates (im2col_gemm): the steps first, on the same stream
+            step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch)  # type: ignore[attr-defined]
+            steps = [(load_kernel(c.compiled, s.shared_bytes, s.kernel_name), s, a)
+                     for s, a in zip(launch.before, step_args, strict=True)]  # fmt: skip
+            main = run
+
+            def run() -> None:
+                for f, s, a in steps:
+                    f(s.grid, s.block, a, shared_mem=s.shared_bytes)
+                main()
 
         run()
         cp.cuda.Device().synchronize()

@@ -49,6 +49,8 @@ def export(tuned_dir: Path, out_dir: Path) -> list[Path]:
                 "block": launch.block, "shared": launch.shared_bytes, "scratch": scratch,
                 "params": ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in e["params"].items()),
                 "median_ms": e.get("median_ms", 0.0), "vendor_ratio": e.get("vendor_ratio") or 0.0,
+                "before": ";".join(f"{s.kernel_name} {' '.join(map(str, s.grid))} {s.block[0]} {s.shared_bytes}"
+                                   for s in launch.before),
             })  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     header = out_dir / "autotune_tuned.h"
@@ -73,7 +75,12 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "   `scratch_floats` floats and `scratch_counters` unsigned ints, zeroed once before the first launch",
         "   (the kernels leave the counters zero; any non-null pointer will do when both counts are 0).",
         "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
-        "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q). */",
+        "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q).",
+        "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
+        "   \"name grid_x grid_y grid_z block_threads shared_bytes\", ';' between them (\"\": one launch).",
+        "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
+        "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
+        "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters). */",
         "typedef struct {",
         "  const char* gpu_key; const char* kernel; const char* dtype; const char* layout; const char* shape;",
         "  int M, N, K; /* gemm only */",
@@ -82,6 +89,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "  unsigned long long scratch_floats, scratch_counters;",
         "  const char* params;",
         "  double median_ms, vendor_ratio;",
+        "  const char* before;",
         "} autotune_tuned_config;",
         "",
         "static const autotune_tuned_config AUTOTUNE_TUNED_CONFIGS[] = {",
@@ -111,6 +119,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
                     _c_string(r["params"]),
                     repr(float(r["median_ms"])),
                     repr(float(r["vendor_ratio"])),
+                    _c_string(r["before"]),
                 ]
             )
             + "},"  # fmt: skip

@@ -62,7 +62,7 @@ _GEMM_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 _RESULT_KEYS = (
     "reason", "kernel_name", "config_key", "median_ms", "min_ms", "max_ms", "iqr_ms", "repeats", "tflops", "gbps",
     "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "source_hash", "gflops_per_j",
-    "energy_method",
+    "energy_method", "extra_bytes",
 )  # fmt: skip
 _HEAD = ("run", "gpu", "study", "kernel", "template", "dtype", "layout", "shape", "M", "N", "K", "template_hash",
          "trial")  # fmt: skip
@@ -71,7 +71,7 @@ _TAIL = (
     "repeats", "tflops", "gbps", "intensity", "roofline_fraction", "best_ms_so_far", "best_tflops_so_far", "vendor",
     "vendor_median_ms", "vendor_ratio", "error", "compile_s", "registers", "shared_bytes", "spills", "occupancy",
     "source_hash", "datetime_start", "datetime_complete", "duration_s", "elapsed_s", "energy_j", "gflops_per_j",
-    "energy_method", "owner", "source",
+    "energy_method", "extra_bytes", "owner", "source",
 )  # fmt: skip
 
 
@@ -106,12 +106,15 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
             "J/launch": _fmt(b.energy_j if b else None, ".4g"),
             "GFLOP/J": _fmt(b.gflops_per_j if b else None, ".1f"),
             "front": str(len(o.pareto)) if getattr(o, "pareto", ()) else "-",
+            "extra MB": _fmt(b.extra_bytes / 1e6 if b and b.extra_bytes is not None else None, ".1f"),
             "trials": f"{o.evaluated} ({o.new} new)",
             "stored": stored.get(problem_name(o.problem), "-"),
         })  # fmt: skip
     df = pd.DataFrame(rows)
     if not any(o.best is not None and o.best.energy_j is not None for o in outcomes):
         df = df.drop(columns=["J/launch", "GFLOP/J", "front"])
+    if not any(o.best is not None and o.best.extra_bytes for o in outcomes):  # only im2col_gemm needs any
+        df = df.drop(columns=["extra MB"])
     return df.to_string(index=False)
 
 

@@ -261,6 +261,31 @@ class Launcher:
         return f"Launcher({self.kernel_name}, {self.problem.label}, {self.choice.step} from {self.choice.source})"
 
 
+class StagedLauncher(Launcher):
+    """A launcher whose kernel needs others first (``Launch.before``, e.g. im2col_gemm's im2col step): each
+    step, then the main kernel, on the current stream. A subclass, so one-launch kernels keep their path."""
+
+    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str,
+                 new_scratch: Callable[[], tuple[Any, ...]] | None,
+                 steps: tuple[tuple[Any, Any], ...]) -> None:  # fmt: skip
+        super().__init__(kernel, problem, choice, fn, launch, kernel_name, new_scratch)
+        self._steps = steps  # (function, Step) in launch order
+
+    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        scratch: tuple[Any, ...] = ()
+        if self._new_scratch is not None:
+            stream = _stream_key()
+            with self._scratch_lock:
+                scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
+        family, choice = self._family, self.choice
+        args = family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
+        step_args = family.before_args(choice.template, choice.params, self.problem, (a, b), scratch)  # type: ignore[attr-defined]
+        for (fn, step), sargs in zip(self._steps, step_args, strict=True):
+            fn(step.grid, step.block, sargs, shared_mem=step.shared_bytes)
+        self._fn(self._grid, self._block, args, shared_mem=self._shared)
+        return out
+
+
 _cache = CubinCache()
 _launchers: dict[tuple, Launcher] = {}
 _by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
@@ -331,7 +356,12 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
     new_scratch = None
     if family.scratch(choice.template, choice.params, problem) is not None:
         new_scratch = functools.partial(family.new_scratch, choice.template, dict(choice.params), problem)
-    launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch)
+    if launch.before:
+        steps = tuple((load_kernel(compiled, s.shared_bytes, s.kernel_name), s) for s in launch.before)
+        launcher: Launcher = StagedLauncher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch,
+                                            steps)  # fmt: skip
+    else:
+        launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch)
     with _launchers_lock:
         _launchers[memo] = launcher
     return launcher

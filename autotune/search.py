@@ -181,6 +181,7 @@ def result_attrs(r: TrialResult) -> dict[str, Any]:
         "gflops_per_j": r.gflops_per_j,
         "energy_method": r.energy_method,
         "energy_note": r.energy_note,
+        "extra_bytes": r.extra_bytes,
     }
     if r.timing:
         result.update({k: getattr(r.timing, k) for k in _ATTRS})
@@ -195,7 +196,7 @@ def result_from_trial(t: Any, config: Config) -> TrialResult:
         a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
         a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""), a.get("occupancy"),
         energy_j=a.get("energy_j"), gflops_per_j=a.get("gflops_per_j"), energy_method=a.get("energy_method"),
-        energy_note=a.get("energy_note"),
+        energy_note=a.get("energy_note"), extra_bytes=a.get("extra_bytes"),
     )  # fmt: skip
 
 

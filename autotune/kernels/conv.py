@@ -295,10 +295,10 @@ class ConvFamily:
         template = self.resolve(template, params)
         return conv_im2col.scratch(params, problem) if template == "im2col_gemm" else None
 
-    def extra_bytes(self, template: str, params: Params, problem: ConvProblem) -> int | None:
-        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix; None otherwise."""
+    def extra_bytes(self, template: str, params: Params, problem: ConvProblem) -> int:
+        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix, else 0."""
         template = self.resolve(template, params)
-        return conv_im2col.extra_bytes(problem) if template == "im2col_gemm" else None
+        return conv_im2col.extra_bytes(problem) if template == "im2col_gemm" else 0
 
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
