@@ -77,7 +77,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
         "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q).",
         "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
-        "   \"name grid_x grid_y grid_z block_threads shared_bytes\", ';' between them (\"\": one launch).",
+        "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
         "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
         "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
         "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters). */",
