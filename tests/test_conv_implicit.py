@@ -302,7 +302,12 @@ def test_auto_resolves_to_the_chosen_template():
     ("name", "dtype", "layout", "templates"),
     [
         ("conv.yaml", "float32", "NCHW", {"direct", "implicit_simt", "winograd"}),
-        ("conv_fp16.yaml", "float16", "NHWC", {"direct", "implicit_simt", "implicit_wmma", "implicit_mma"}),
+        (
+            "conv_fp16.yaml",
+            "float16",
+            "NHWC",
+            {"direct", "implicit_simt", "implicit_wmma", "implicit_mma", "im2col_gemm"},
+        ),
     ],
 )
 def test_the_conv_specs_load_with_feasible_start_points(name, dtype, layout, templates):

@@ -279,3 +279,28 @@ def test_implicit_mma_is_correct_on_odd_shapes(settings, params):
         if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
             failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
     assert not failures, "\n".join(failures)
+
+
+IM2COL_SHAPES = [  # NHWC fp16; R*S*C a multiple of 8 (the mma GEMM's 16-byte rows)
+    [1, 8, 9, 7, 12, 3, 3, 1, 1],  # K not a multiple of 8: the GEMM's scalar epilogue
+    [2, 16, 13, 11, 24, 3, 3, 2, 1],  # stride 2, odd sizes
+    [3, 24, 5, 7, 40, 1, 1, 1, 0],  # 1x1
+    [1, 8, 17, 19, 16, 7, 7, 2, 3],  # 7x7 stride 2 pad 3
+]
+IM2COL_CONFIGS = [
+    dict(GEMM="mma", IM_THREADS=256, G_BM=128, G_BN=64, G_BK=32, G_WM=64, G_WN=32, G_STAGES=3, G_SWIZZLE=True,
+         G_RASTER=1),
+    dict(GEMM="mma", IM_THREADS=128, G_BM=64, G_BN=64, G_BK=32, G_WM=32, G_WN=32, G_STAGES=4, G_SWIZZLE=False,
+         G_RASTER=4),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("params", IM2COL_CONFIGS, ids=lambda p: f"bm{p['G_BM']}bn{p['G_BN']}")
+@pytest.mark.parametrize("shape", IM2COL_SHAPES, ids=str)
+def test_im2col_gemm_is_correct_on_fresh_inputs_and_records_its_extra_memory(settings, shape, params):
+    problem = CONV.problem(shape, "float16", "NHWC")
+    s = replace(settings, tolerance=tolerance_for("float16"))
+    r = evaluate(Candidate("conv2d", "im2col_gemm", problem, Config.of(params)), s)
+    assert r.status is Status.COMPLETE, r.reason
+    p = problem
+    assert r.extra_bytes == p.N * p.P * p.Q * p.R * p.S * p.C * 2
