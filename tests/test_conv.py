@@ -294,9 +294,15 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
         line for line in src.splitlines() if line.startswith("__device__ __forceinline__ unsigned dynamic_smem_bytes()")
     )
     src = src.replace(asm, "inline unsigned dynamic_smem_bytes() { return g_smem_bytes; }")
-    (tmp_path / "emu.h").write_text(EMU_HEADER)
+    return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, EMU_HEADER, smem_short)
+
+
+def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name, header, smem_short=0):
+    """Build a conv kernel's host-adapted source with ``header`` and EMU_MAIN, run it on fresh random inputs;
+    (its output as float64 NCHW, the float64 reference on the same rounded inputs)."""
+    (tmp_path / "emu.h").write_text(header)
     (tmp_path / "main.inc").write_text(EMU_MAIN)
-    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {r.kernel_name}\n#include "main.inc"\n')
+    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {kernel_name}\n#include "main.inc"\n')
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
 

@@ -6,7 +6,6 @@ conv specs that make the algorithm a search dimension."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from autotune.space import Config
 from autotune.spec import load_spec, parse_spec
 from autotune.templates import render, template_hash
 from tests.host_cuda import HEADER, gxx
-from tests.test_conv import EMU_MAIN, reference
+from tests.test_conv import run_emulated
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
@@ -218,27 +217,8 @@ def _emulate(tmp_path, template, params, problem):
         shared, emulated = "extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;"
     assert shared in src
     src = src.replace(shared, emulated)
-    (tmp_path / "emu.h").write_text(HEADER + "#include <type_traits>\n" + WMMA_SHIM)
-    (tmp_path / "main.inc").write_text(EMU_MAIN)
-    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {r.kernel_name}\n#include "main.inc"\n')
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
-
-    p = problem
-    dt = np.float16 if p.dtype == "float16" else np.float32
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(dt)
-    w = rng.standard_normal((p.K, p.C, p.R, p.S)).astype(dt)
-    nhwc = p.layout == "NHWC"
-    (x.transpose(0, 2, 3, 1) if nhwc else x).tofile(tmp_path / "x.bin")
-    (w.transpose(0, 2, 3, 1) if nhwc else w).tofile(tmp_path / "w.bin")
-    launch = CONV.launch(template, params, p)
-    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes]
-    run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    y = np.fromfile(tmp_path / "y.bin", dtype=dt).astype(np.float64)
-    y = y.reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2) if nhwc else y.reshape(p.N, p.K, p.P, p.Q)
-    return y, reference(x.astype(np.float64), w.astype(np.float64), p)
+    header = HEADER + "#include <type_traits>\n" + WMMA_SHIM
+    return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, header)
 
 
 EMULATED = [
