@@ -304,3 +304,35 @@ def test_im2col_gemm_is_correct_on_fresh_inputs_and_records_its_extra_memory(set
     assert r.status is Status.COMPLETE, r.reason
     p = problem
     assert r.extra_bytes == p.N * p.P * p.Q * p.R * p.S * p.C * 2
+
+
+def test_runtime_serves_every_stored_conv_winner(tmp_path, monkeypatch):
+    """Every conv2d entry of tuned/ for this GPU (winograd, implicit_mma, implicit_wmma...) is loaded exactly
+    by the runtime and computes its layer correctly on fresh inputs."""
+    import re
+
+    import cupy as cp
+
+    import autotune
+    from autotune.device import current_gpu
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOTUNE_TUNED_DIR", str(ROOT / "tuned"))
+    path = ROOT / "tuned" / current_gpu().key / "conv2d.json"
+    if not path.exists():
+        pytest.skip(f"no stored conv2d winners for this GPU ({path.name} missing)")
+    entries = json.loads(path.read_text())["entries"]
+    assert entries, "an empty tuned file"
+    for key, entry in entries.items():
+        dtype, layout, label = key.split("/")
+        n, c, h, w, k, r, s, u, p = (int(v) for v in re.findall(r"\d+", label))
+        problem = CONV.problem([n, c, h, w, k, r, s, u, p], dtype, layout)
+        x, wt = CONV.make_inputs(problem, seed=17)
+        launcher = autotune.load("conv2d", dtype=dtype, layout=layout, N=n, C=c, H=h, W=w, K=k, R=r, S=s,
+                                 stride=u, pad=p)  # fmt: skip
+        assert launcher.provenance["step"] == "exact", key
+        assert launcher.choice.template == entry["template"], key
+        out = autotune.conv2d(x, wt, stride=u, padding=p, layout=layout)
+        ref = CONV.reference(problem, (x, wt))
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        assert err < tolerance_for(dtype), (key, err)
