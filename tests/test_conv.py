@@ -247,9 +247,18 @@ int main(int argc, char** argv) {
   int threads = atoi(argv[16]); g_smem_bytes = (unsigned)atol(argv[17]);
   auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
   std::vector<T> y((size_t)a[0] * a[4] * a[9] * a[10]);
-  std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN in float and half: unwritten outputs fail
   std::vector<float> smem(g_smem_bytes / 4 + 4);
   g_smem = smem.data() + (4 - ((uintptr_t)smem.data() / 4) % 4) % 4;
+#ifdef SCRATCH_FLOATS  // a split reduction: partial sums and tile counters zeroed once, then two launches
+  std::vector<float> partial(SCRATCH_FLOATS, NAN);  // never read before written
+  std::vector<unsigned> counters(SCRATCH_COUNTERS, 0u);
+#define SCRATCH_ARGS , partial.data(), counters.data()
+  for (int launch = 0; launch < 2; ++launch) {
+#else
+#define SCRATCH_ARGS
+  {
+#endif
+  std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN in float and half: unwritten outputs fail
   for (unsigned z = 0; z < gridDim.z; ++z)
     for (unsigned by = 0; by < gridDim.y; ++by)
       for (unsigned bx = 0; bx < gridDim.x; ++bx) {
@@ -261,10 +270,14 @@ int main(int argc, char** argv) {
         for (int t = 0; t < threads; ++t)
           ts.emplace_back([&, t] {
             threadIdx = {(unsigned)t, 0, 0};
-            KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
+            KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10] SCRATCH_ARGS);
           });
         for (auto& th : ts) th.join();
       }
+  }
+#ifdef SCRATCH_FLOATS
+  for (unsigned c : counters) if (c != 0) { fprintf(stderr, "a tile counter was left at %u\n", c); return 4; }
+#endif
   FILE* f = fopen((dir + "/y.bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
   return 0;
 }
@@ -294,6 +307,7 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
         line for line in src.splitlines() if line.startswith("__device__ __forceinline__ unsigned dynamic_smem_bytes()")
     )
     src = src.replace(asm, "inline unsigned dynamic_smem_bytes() { return g_smem_bytes; }")
+    src = src.replace("__shared__ int s_last;", "static int s_last;")  # a split reduction's flag: one per block
     return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, EMU_HEADER, smem_short)
 
 
@@ -304,6 +318,9 @@ def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name
     (tmp_path / "main.inc").write_text(EMU_MAIN)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {kernel_name}\n#include "main.inc"\n')
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    need = CONV.scratch(template, params, problem)
+    if need is not None:  # a split reduction (SPLIT_C): its partial sums and counters; launched twice
+        flags += [f"-DSCRATCH_FLOATS={need[0]}", f"-DSCRATCH_COUNTERS={need[1]}"]
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
 
     p = problem

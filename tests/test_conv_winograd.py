@@ -41,13 +41,18 @@ GOOD = {
     "cp_t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=2, MINB=1),  # 2 filters a thread
     "cp_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),  # tiles past the end
     "pair": dict(TILES=32, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=0, PIPE=0, MINB=2),  # batch-32 winner, 2 per SM
+    # SPLIT_C: grid.z slices of the input channels, the last block of a tile sums the partial outputs
+    "split2": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, SPLIT_C=2),  # batch-1 winner
+    "split3_p0": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, SPLIT_C=3),
+    "split4_cp": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=2, SPLIT_C=4),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
 
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
-    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB")
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
+    assert info.optional == ("SPLIT_C",)
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -208,6 +213,13 @@ EMULATED = [
     ("cp_odd_cb", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),
     ("pair", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float16", "NHWC"),
+    # SPLIT_C (each run launches twice on the same scratch: the counters must be back at zero)
+    ("split2", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps in 2 slices, K past a block
+    ("split2", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float16", "NHWC"),  # 3 steps
+    ("split3_p0", [1, 21, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),  # 6 steps in 3 slices
+    ("split3_p0", [2, 9, 7, 5, 17, 3, 3, 1, 2], "float16", "NCHW"),  # 3 steps in 3
+    ("split4_cp", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 3 steps in 4 slices: one is empty
+    ("split4_cp", [2, 5, 6, 7, 19, 3, 3, 1, 1], "float32", "NCHW"),  # 1 step in 4: three empty slices
 ]
 
 
@@ -280,3 +292,44 @@ def test_the_winograd_start_points_compile_without_spills(spec_file):
         assert c.status is None, c.reason
         r = compile_source(c.source, c.kernel_name, "sm_90")
         assert r.ok and r.spills == 0, f"{c.kernel_name}: {r.registers} registers, {r.spills} spilled {r.error}"
+
+
+# --- SPLIT_C: the input channels split over grid.z ----------------------------------------------------
+
+
+def test_split_c_is_optional_and_leaves_the_unsplit_source_unchanged():
+    """Absent or 1: the kernel name and the source of before the parameter existed (stored winners keep
+    their source_hash); above 1 the name says so, the signature takes the scratch and grid.z is the split."""
+    p = CONV.problem(PROBLEM, "float32")
+    plain, one, four = render("conv2d", "winograd", D, p), render("conv2d", "winograd", dict(D, SPLIT_C=1), p), \
+        render("conv2d", "winograd", dict(D, SPLIT_C=4), p)  # fmt: skip
+    assert (one.kernel_name, one.source_hash) == (plain.kernel_name, plain.source_hash)
+    assert "SPLIT_C" not in plain.source and "partial" not in plain.source and "split_c" not in plain.kernel_name
+    assert four.kernel_name == plain.kernel_name + "_split_c4"
+    assert "float* __restrict__ partial, unsigned int* __restrict__ counters" in four.source
+    assert CONV.launch("winograd", D, p).grid[2] == 1 and CONV.launch("winograd", dict(D, SPLIT_C=4), p).grid[2] == 4
+
+
+def test_split_c_scratch_and_arguments():
+    p = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32")
+    split = dict(GOOD["split2"], SPLIT_C=4)
+    gx, gy, gz = CONV.launch("winograd", split, p).grid
+    assert (gx, gy, gz) == (-(-784 // 32), 4, 4)
+    assert CONV.scratch("winograd", split, p) == (4 * 64 * 56 * 56, gx * gy)
+    assert CONV.extra_bytes("winograd", split, p) == 4 * (4 * 64 * 56 * 56 + gx * gy)
+    assert CONV.scratch("winograd", D, p) is None and CONV.extra_bytes("winograd", D, p) == 0
+    scratch = ("partial", "counters")
+    args = CONV.kernel_args(p, ("x", "w"), "y", scratch=scratch)
+    assert args[:3] == ("x", "w", "y") and args[-2:] == scratch and len(args) == 3 + 11 + 2
+    assert CONV.check("winograd", dict(D, SPLIT_C=0)) == "SPLIT_C must be 1 to 65535 (grid.z)"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_split_c_compiles_for_sm90_without_spills(layout):
+    problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
+    for label in ("split2", "split3_p0", "split4_cp"):
+        c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
+        assert c.status is None, f"{label}: {c.reason}"
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{label}: {r.error}"
+        assert r.spills == 0, f"{label}: {r.spills} spilled"

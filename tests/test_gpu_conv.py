@@ -78,6 +78,10 @@ WINOGRAD_CONFIGS = [
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=2),
     dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1),  # cp.async raw copies (fp32)
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1),
+    # SPLIT_C: the input channels split over grid.z, partial outputs summed by the last block of a tile
+    dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, SPLIT_C=4),
+    dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=2, SPLIT_C=8),  # empty slices at C = 5
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=0, MINB=1, SPLIT_C=3),
 ]
 
 
@@ -86,7 +90,9 @@ WINOGRAD_CONFIGS = [
 @pytest.mark.parametrize(
     "params",
     WINOGRAD_CONFIGS,
-    ids=lambda p: f"t{p['TILES']}kb{p['KB']}kt{p['KT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}",
+    ids=lambda p: (
+        f"t{p['TILES']}kb{p['KB']}kt{p['KT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}" + f"s{p.get('SPLIT_C', 1)}"
+    ),
 )
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):
     s = replace(settings, tolerance=tolerance_for(dtype))
@@ -336,3 +342,30 @@ def test_runtime_serves_every_stored_conv_winner(tmp_path, monkeypatch):
         ref = CONV.reference(problem, (x, wt))
         err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
         assert err < tolerance_for(dtype), (key, err)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_winograd_split_c_relaunches_on_the_same_scratch(settings, layout):
+    """The tile counters go back to zero, so a second launch on the same scratch is as correct as the first."""
+    import cupy as cp
+
+    from autotune.evaluate import load_kernel, prepare
+
+    params = WINOGRAD_CONFIGS[-3]
+    problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
+    c = prepare(Candidate("conv2d", "winograd", problem, Config.of(params)), settings)
+    assert c.status is None, c.reason
+    launch = CONV.launch("winograd", params, problem)
+    assert launch.grid[2] == params["SPLIT_C"] > 1
+    fn = load_kernel(c.compiled, launch.shared_bytes)
+    inputs = CONV.make_inputs(problem, seed=8)
+    scratch = CONV.new_scratch("winograd", params, problem)
+    ref = CONV.reference(problem, inputs)
+    for _ in range(2):
+        out = cp.full(CONV.shapes(problem)[2], cp.nan, dtype=cp.float32)
+        fn(launch.grid, launch.block, CONV.kernel_args(problem, inputs, out, scratch=scratch),
+           shared_mem=launch.shared_bytes)  # fmt: skip
+        cp.cuda.Device().synchronize()
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        assert err < 3e-6, err
+    assert int(scratch[1].max()) == 0, "the tile counters must be back at zero for the next launch"

@@ -142,7 +142,14 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     return p.N * p.P * p.Q * p.R * p.S * p.C, 0
 
 
-def new_scratch(params: Params, problem: Any) -> tuple[Any, ...]:
+class Scratch(tuple):
+    """im2col_gemm's scratch buffers: (the unrolled matrix, *the GEMM's scratch). Its own type, so the conv
+    family passes the GEMM's arguments for it rather than the conv kernels' arguments."""
+
+    __slots__ = ()
+
+
+def new_scratch(params: Params, problem: Any) -> Scratch:
     """The unrolled matrix (uninitialised: the im2col step writes every element), then the GEMM's scratch."""
     import cupy as cp
 
@@ -150,4 +157,4 @@ def new_scratch(params: Params, problem: Any) -> tuple[Any, ...]:
 
     p = problem
     col = cp.empty((p.N * p.P * p.Q, p.R * p.S * p.C), dtype=p.dtype)
-    return (col, *GEMM.new_scratch(params["GEMM"], gemm_params(params), gemm_problem(problem)))
+    return Scratch((col, *GEMM.new_scratch(params["GEMM"], gemm_params(params), gemm_problem(problem))))

@@ -17,6 +17,10 @@ One fused kernel, so a candidate's time includes every transform:
            and transformed into the other stage after them (one __syncthreads per step); 2: the same, the raw
            operands copied by 4-byte cp.async into a third shared buffer instead of registers; 0: one stage
   MINB     __launch_bounds__ minimum resident blocks per SM (2 caps registers at 65536 / (2 * threads))
+  SPLIT_C  (optional, default 1) grid.z = SPLIT_C slices of the input channels for layers with few blocks
+           (batch 1): each block stores its slice's partial outputs as floats in scratch, and the last block
+           of a tile sums them in slice order (deterministic) and writes y. Scratch: SPLIT_C x N*K*P*Q floats
+           and one counter per (tiles, channels) block, zeroed once (the kernel leaves the counters at zero).
   epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
            ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
 
@@ -38,7 +42,10 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB")
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
+# Parameters added after winners were stored: absent means this value, and at this value the kernel name and
+# source are those of before the parameter existed (stored entries keep their source_hash).
+DEFAULTS = {"SPLIT_C": 1}
 KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
@@ -103,6 +110,8 @@ def check(params: Params) -> str | None:
         return "SPAD must be a multiple of 4 (16-byte rows)"
     if p["PIPE"] not in (0, 1, 2):
         return "PIPE must be 0, 1 or 2"
+    if not 1 <= split_c(p) <= MAX_GRID_Y:
+        return f"SPLIT_C must be 1 to {MAX_GRID_Y} (grid.z)"
     d = derived(p)
     if p["MINB"] * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
@@ -126,10 +135,24 @@ def tiles(problem: Any) -> int:
     return problem.N * -(-problem.P // 2) * -(-problem.Q // 2)
 
 
+def split_c(params: Params) -> int:
+    return int(params.get("SPLIT_C", DEFAULTS["SPLIT_C"]))
+
+
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
-    grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), 1)
+    grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
     return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
+    """SPLIT_C > 1: (partial-output floats, tile counters); None without split (the kernel takes no scratch)."""
+    split = split_c(params)
+    if split <= 1:
+        return None
+    p = problem
+    gx, gy, _ = launch(params, problem).grid
+    return split * p.N * p.K * p.P * p.Q, gx * gy
 
 
 def check_problem(params: Params, problem: Any) -> str | None:
