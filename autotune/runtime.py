@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
@@ -93,7 +95,7 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
         log.debug("skip %s %s: not a verified entry of a known template", where, key)
         return False
     current = template_hash(kernel, template)
-    if entry.get("template_hash") != current:
+    if entry.get("template_hash") != current and not _same_source(kernel, key, entry):
         log.debug(
             "skip %s %s: tuned with template %s, installed is %s", where, key, entry.get("template_hash"), current
         )
@@ -102,6 +104,18 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
         log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
         return False
     return True
+
+
+def _same_source(kernel: str, key: str, entry: dict[str, Any]) -> bool:
+    """The template file changed since the entry was tuned, but it still renders the entry's kernel byte for
+    byte (its recorded source_hash): the tuned and verified kernel is the one that would run."""
+    try:
+        dtype, layout, label = key.split("/")
+        problem = FAMILIES[kernel].problem(label, dtype, layout)
+        return render(kernel, entry["template"], dict(entry["params"]), problem).source_hash == entry.get("source_hash")
+    except (KeyError, TypeError, ValueError, jinja2.TemplateError) as exc:  # not renderable: simply not used
+        log.debug("skip %s: cannot render it with the installed template (%s)", key, exc)
+        return False
 
 
 def _fits(kernel: str, key: str, entry: dict[str, Any], problem: Any) -> bool:

@@ -83,6 +83,22 @@ def test_entries_of_another_template_version_or_unverified_are_never_served(tmp_
     assert "tuned with template 0123456789abcdef" in caplog.text
 
 
+def test_an_entry_of_an_older_template_file_is_served_while_it_renders_the_same_kernel(tmp_path, caplog):
+    """A template edit that leaves a stored kernel's source byte-identical (a new optional parameter, say)
+    keeps the entry: its source_hash proves the tuned and verified kernel is the one that would run."""
+    d = tmp_path / "tuned"
+    same = render("gemm", "simt", BIG, problem("64x64x64")).source_hash
+    merge(d / H200 / "gemm.json", {}, "float32/NN/64x64x64",
+          entry(BIG, template_hash="0123456789abcdef", source_hash=same))  # fmt: skip
+    merge(d / H200 / "gemm.json", {}, "float32/NN/16x16x16",
+          entry(SMALL, template_hash="0123456789abcdef", source_hash="fedcba9876543210"))  # fmt: skip
+    assert choose("gemm", problem("64x64x64"), H200, "sm_90", d).step == "exact"
+    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+        c = choose("gemm", problem("16x16x16"), H200, "sm_90", d)
+    assert (c.step, c.params) == ("nearest", BIG)  # the changed kernel is skipped, not served
+    assert "tuned with template 0123456789abcdef" in caplog.text
+
+
 def test_cubin_cache_hits_on_disk_and_misses_when_source_or_nvrtc_change(tmp_path, monkeypatch):
     r = render("gemm", "naive", dict(BX=16, BY=16), F32)
     first = CubinCache(tmp_path)
