@@ -1,0 +1,65 @@
+"""How a conv kernel's time splits into a fixed part and a per-step part: one configuration timed on the
+same layer with growing input channels C (so growing reduction steps), verified first, by the search's
+harness (L2 flushed before every launch). The intercept of time against steps is launch, prologue and
+epilogue; the slope is what a step costs.
+
+    python3 benchmarks/probe_conv_steps.py [--layer 1,64,56,56,64] [--channels 8 16 32 64 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from autotune.bench import L2Flusher, TimingPlan
+from autotune.device import current_gpu
+from autotune.evaluate import Candidate, Settings, evaluate
+from autotune.kernels import FAMILIES
+from autotune.space import Config
+from autotune.verify import tolerance_for
+
+CONV = FAMILIES["conv2d"]
+WINNER = dict(TILES=32, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2)  # batch-1 56x56 (16:15 UTC)
+CONFIGS = {
+    "winner": WINNER,
+    "pipe0": dict(WINNER, PIPE=0),
+    "pipe2": dict(WINNER, PIPE=2),
+    "cb16": dict(WINNER, CB=16),
+    "split2": dict(WINNER, SPLIT_C=2),
+    "t16": dict(WINNER, TILES=16, TT=4, ET=1),
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layer", default="1,64,56,56,64", help="N,C,H,W,K of a 3x3 stride-1 pad-1 layer")
+    ap.add_argument("--channels", nargs="+", type=int, default=[8, 16, 32, 64, 128])
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--layout", default="NCHW")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    n, _, h, w, k = (int(v) for v in args.layer.split(","))
+    gpu = current_gpu()
+    settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
+                        timing=TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0))  # fmt: skip
+    flush = L2Flusher()
+    rows = []
+    print(f"{'config':<8} " + " ".join(f"{'C=' + str(c):>9}" for c in args.channels) + "   (us, L2 flushed)")
+    for label, params in CONFIGS.items():
+        times = []
+        for c in args.channels:
+            problem = CONV.problem([n, c, h, w, k, 3, 3, 1, 1], args.dtype, args.layout)
+            r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), settings, flush)
+            us = r.timing.median_ms * 1e3 if r.timing else float("nan")
+            times.append(us)
+            rows.append({"config": label, "params": params, "C": c, "status": r.status.value, "us": us,
+                         "reason": r.reason})  # fmt: skip
+        print(f"{label:<8} " + " ".join(f"{t:>9.2f}" for t in times))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
