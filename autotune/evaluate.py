@@ -215,8 +215,10 @@ def load_kernel(compiled: CompileResult, shared_bytes: int, name: str | None = N
     if name is not None and name != compiled.kernel_name:
         fn = (fn[0], fn[0].get_function(name))
     # Static shared memory counts against the same 48 KB default: a kernel with exactly 48 KB of dynamic
-    # shared memory and a few static bytes fails to launch unless the limit is raised.
-    if shared_bytes + (compiled.static_smem if compiled.static_smem is not None else 1024) > 48 * 1024:
+    # shared memory and a few static bytes fails to launch unless the limit is raised. The loaded function
+    # says how much it has (the compile log may not: NVRTC answers repeated compiles from a cache, log-less).
+    static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn[1].ptr)
+    if shared_bytes + static > 48 * 1024:
         driver.funcSetAttribute(fn[1].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
     return fn[1]
 

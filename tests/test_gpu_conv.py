@@ -372,3 +372,15 @@ def test_winograd_split_c_relaunches_on_the_same_scratch(settings, layout):
         err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
         assert err < 3e-6, err
     assert int(scratch[1].max()) == 0, "the tile counters must be back at zero for the next launch"
+
+
+def test_48_kb_of_dynamic_plus_static_shared_memory_launches_when_nvrtc_answers_from_its_cache(settings):
+    """A winograd split (exactly 48 KB dynamic shared memory and a static flag) compiled twice: NVRTC answers
+    the second compile from its cache with an empty log, so only the loaded function can tell the static
+    bytes that make raising the launch limit necessary (the search once recorded such launches as failed)."""
+    params = dict(TILES=32, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2, SPLIT_C=2)
+    problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", "NCHW")
+    assert CONV.launch("winograd", params, problem).shared_bytes == 48 * 1024
+    for _ in range(2):
+        r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), settings)
+        assert r.status is Status.COMPLETE, r.reason
