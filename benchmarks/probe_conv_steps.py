@@ -25,12 +25,9 @@ CONFIGS = {
     "winner": WINNER,
     "pipe0": dict(WINNER, PIPE=0),
     "pipe2": dict(WINNER, PIPE=2),
+    "cb16": dict(WINNER, CB=16),
     "split2": dict(WINNER, SPLIT_C=2),
     "t16": dict(WINNER, TILES=16, TT=4, ET=1),
-    "pf": dict(WINNER, PREFETCH=True),
-    "pf_pipe0": dict(WINNER, PIPE=0, PREFETCH=True),
-    "pf_split2": dict(WINNER, SPLIT_C=2, PREFETCH=True),
-    "pf_t16": dict(WINNER, TILES=16, TT=4, ET=1, PREFETCH=True),
 }
 
 

@@ -45,10 +45,6 @@ GOOD = {
     "split2": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, SPLIT_C=2),  # batch-1 winner
     "split3_p0": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, SPLIT_C=3),
     "split4_cp": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=2, SPLIT_C=4),
-    # PREFETCH: the block's input rows and filters requested into L2 first (the emulation checks the addresses)
-    "pf": dict(TILES=32, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2, PREFETCH=True),  # batch-1 winner
-    "pf_split3": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, SPLIT_C=3, PREFETCH=True),
-    "pf_wide": dict(TILES=64, KB=32, CB=8, KT=8, TT=8, ET=1, SPAD=4, PIPE=2, MINB=1, PREFETCH=True),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -224,12 +220,6 @@ EMULATED = [
     ("split3_p0", [2, 9, 7, 5, 17, 3, 3, 1, 2], "float16", "NCHW"),  # 3 steps in 3
     ("split4_cp", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 3 steps in 4 slices: one is empty
     ("split4_cp", [2, 5, 6, 7, 19, 3, 3, 1, 1], "float32", "NCHW"),  # 1 step in 4: three empty slices
-    ("pf", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # blocks within one image, K past a block
-    ("pf", [3, 9, 5, 4, 33, 3, 3, 1, 2], "float16", "NHWC"),  # blocks spanning images, pad 2
-    ("pf_split3", [2, 21, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # no padding, slices of channels
-    ("pf_split3", [1, 9, 17, 5, 17, 3, 3, 1, 1], "float16", "NCHW"),  # several tile rows a block
-    ("pf_wide", [2, 17, 7, 9, 40, 3, 3, 1, 1], "float32", "NCHW"),
-    ("pf_wide", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float16", "NHWC"),
 ]
 
 
@@ -335,19 +325,11 @@ def test_split_c_scratch_and_arguments():
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_split_c_and_prefetch_compile_for_sm90_without_spills(layout):
+def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp", "pf", "pf_split3", "pf_wide"):
+    for label in ("split2", "split3_p0", "split4_cp"):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")
         assert r.ok, f"{label}: {r.error}"
         assert r.spills == 0, f"{label}: {r.spills} spilled"
-
-
-def test_prefetch_is_optional_and_named():
-    p = CONV.problem(PROBLEM, "float32")
-    plain, off, on = (render("conv2d", "winograd", c, p) for c in (D, dict(D, PREFETCH=False), dict(D, PREFETCH=True)))
-    assert (off.kernel_name, off.source_hash) == (plain.kernel_name, plain.source_hash)
-    assert "prefetch" not in plain.source and on.kernel_name == plain.kernel_name + "_prefetch1"
-    assert "prefetch.global.L2" in on.source

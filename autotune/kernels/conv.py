@@ -275,8 +275,7 @@ class ConvFamily:
     def kernel_name(self, template: str, params: Params, problem: ConvProblem | None = None) -> str:
         template = self.resolve(template, params)
         defaults = getattr(MODULES.get(template), "DEFAULTS", {})  # left out at their default: names of old
-        parts = [f"{k.lower()}{int(v) if isinstance(v := params[k], bool) else v}"  # entries do not change
-                 for k in self.templates[template].params
+        parts = [f"{k.lower()}{params[k]}" for k in self.templates[template].params  # entries do not change
                  if k not in defaults or params.get(k, defaults[k]) != defaults[k]]  # fmt: skip
         tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None else []
         if problem is not None and template in MODULES:  # the alignment variant changes the source

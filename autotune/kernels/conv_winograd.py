@@ -17,8 +17,6 @@ One fused kernel, so a candidate's time includes every transform:
            and transformed into the other stage after them (one __syncthreads per step); 2: the same, the raw
            operands copied by 4-byte cp.async into a third shared buffer instead of registers; 0: one stage
   MINB     __launch_bounds__ minimum resident blocks per SM (2 caps registers at 65536 / (2 * threads))
-  PREFETCH (optional, default off) the block first asks L2 for all the input rows and filters it will read,
-           so a step waits on L2 rather than on DRAM (one step of look-ahead does not cover a DRAM round trip)
   SPLIT_C  (optional, default 1) grid.z = SPLIT_C slices of the input channels for layers with few blocks
            (batch 1): each block stores its slice's partial outputs as floats in scratch, and the last block
            of a tile sums them in slice order (deterministic) and writes y. Scratch: SPLIT_C x N*K*P*Q floats
@@ -44,11 +42,11 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "PREFETCH")
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = {"SPLIT_C": 1, "PREFETCH": False}
-KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("PREFETCH", "bool"))
+DEFAULTS = {"SPLIT_C": 1}
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
