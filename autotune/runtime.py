@@ -33,7 +33,7 @@ from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
 from .store import read, tuned_file
-from .templates import render, template_hash
+from .templates import installed_renders, render, template_hash
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +92,16 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
     if entry.get("verified") is not True or template not in family.templates:
         log.debug("skip %s %s: not a verified entry of a known template", where, key)
         return False
-    current = template_hash(kernel, template)
-    if entry.get("template_hash") != current:
-        log.debug(
-            "skip %s %s: tuned with template %s, installed is %s", where, key, entry.get("template_hash"), current
-        )
-        return False
     if family.check(template, entry.get("params", {})) is not None:
         log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
+        return False
+    dtype, layout, label = key.split("/")
+    if not installed_renders(kernel, entry, family.problem(label, dtype, layout)):
+        current = template_hash(kernel, template)
+        log.debug(
+            "skip %s %s: tuned with template %s, installed is %s and renders another source", where, key,
+            entry.get("template_hash"), current,
+        )  # fmt: skip
         return False
     return True
 
