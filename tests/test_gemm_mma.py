@@ -161,6 +161,25 @@ def test_compiles_for_sm90_without_spills(dtype, layout):
         assert "mma.sync" not in c.source or "ldmatrix" in c.source
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout):
+    from autotune.evaluate import kernel_resources
+
+    problem = GEMM.problem("4095x4097x4093", dtype, layout)  # every leading dimension odd: A and B packed
+    for label in ("128x256x32s4", "64x64x16s2"):
+        c = render_candidate(Candidate("gemm", "mma", problem, Config.of(GOOD[label])), SETTINGS)
+        assert c.status is None and c.kernel_name.endswith("_uab_" + c.kernel_name.split("_uab_")[1]), c.reason
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{label}: {r.error}"
+        assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
+        registers, spills = kernel_resources(r, c.kernel_name + "_pack")
+        assert registers and spills == 0 and registers * mm.PACK_THREADS <= 65536, (registers, spills)
+        aligned = render("gemm", "mma", GOOD[label], GEMM.problem("4096x4104x4088", dtype, layout))
+        # the same GEMM: only the padded leading dimensions differ (register allocation may move a little)
+        assert abs(compile_source(aligned.source, aligned.kernel_name, "sm_90").registers - r.registers) <= 8
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -378,12 +397,15 @@ def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_fil
     spec = load_spec(Path(__file__).resolve().parent.parent / "configs" / spec_file)
     starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
     assert len(starts) >= 3
-    aligned = [p for p in spec.problems if GEMM.check_problem("mma", P, p) is None]
-    assert any(p.label == "8192x8192x8192" for p in aligned)
+    # every shape, the odd ones included (their misaligned operands are packed first)
+    assert all(GEMM.check_problem("mma", P, p) is None for p in spec.problems)
+    assert spec.problems[0].label == "8192x8192x8192"
     for config in spec.start_from:
-        for problem in aligned:
+        for problem in spec.problems:
             assert static_check(Candidate("gemm", "auto", problem, config), SETTINGS) is None, (config, problem)
-    for config in starts:
-        c = render_candidate(Candidate("gemm", "auto", aligned[0], config), SETTINGS)
+    odd = next(p for p in spec.problems if p.label == "4095x4097x4093")
+    for config, problem in [(c, p) for c in starts for p in (spec.problems[0], odd)]:
+        c = render_candidate(Candidate("gemm", "auto", problem, config), SETTINGS)
+        assert ("_uab_" in c.kernel_name) == (problem is odd)
         r = compile_source(c.source, c.kernel_name, "sm_90")
         assert r.ok and r.spills == 0, (config, r.error, r.spills)
