@@ -74,8 +74,8 @@ def test_operands_whose_rows_are_not_16_bytes_are_packed(shape, layout, packed):
     assert launch.grid == (-(-problem.N // 256), -(-problem.M // 128), 1)  # the true M and N, packed or not
     assert [s.kernel_name for s in launch.before] == [name + "_pack"] * len(packed)
     for step, (_, rows, cols) in zip(launch.before, packed, strict=True):
-        chunks = rows * (-(-cols // 8))  # one thread per 16-byte chunk of the packed copy
-        assert step.grid == (-(-chunks // mm.PACK_THREADS), 1, 1) and step.block == (mm.PACK_THREADS, 1, 1)
+        chunks = -(-cols // 8)  # one thread per 16-byte chunk of a packed row, a block row per matrix row
+        assert step.grid == (-(-chunks // mm.PACK_THREADS), rows, 1) and step.block == (mm.PACK_THREADS, 1, 1)
     assert GEMM.extra_bytes("mma", P, problem) == sum(r * -(-c // 8) * 8 * 2 for _, r, c in packed)
     assert GEMM.scratch("mma", P, problem) == (0, 0)  # the split-K arguments the kernel ignores, as before
     source = render("gemm", "mma", P, problem).source
@@ -89,8 +89,10 @@ def test_the_4095x4097x4093_packs_move_what_the_readme_promises():
     p = GEMM.problem("4095x4097x4093", "float16")
     assert GEMM.extra_bytes("mma", P, p) == (4095 * 4096 + 4093 * 4104) * 2  # 67 MB written, the same read
     assert GEMM.extra_bytes("wmma", {}, p) == 0 and GEMM.extra_bytes("mma", P, GEMM.problem("64x64x64", "float16")) == 0
-    big = GEMM.problem([2**20, 8, 2**20 - 1], "float16")  # the grid-stride loop caps the pack grid
-    assert GEMM.launch("mma", P, big).before[0].grid[0] == mm.MAX_PACK_BLOCKS
+    tall = GEMM.problem([2**17, 8, 9], "float16")  # more rows than grid.y takes: the pack kernel loops over them
+    assert GEMM.launch("mma", P, tall).before[0].grid == (1, mm.MAX_GRID_Y, 1)
+    wide = GEMM.problem([8, 8, 2**20 - 1], "float16")
+    assert GEMM.launch("mma", P, wide).before[0].grid == (2**17 // mm.PACK_THREADS, 8, 1)
     with pytest.raises(ValueError, match="needs the kernel name"):
         mm.launch(P, p)
 
@@ -205,7 +207,7 @@ def test_a_config_the_checks_reject_trips_a_static_assert_when_compiled_anyway(p
 
 EMU_PTX = MMA_PTX
 
-EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes, then per pack step: operand rows cols ld blocks
+EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes, then per pack step: operand rows cols ld gx gy
 static std::vector<char> slurp(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
   fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
@@ -222,17 +224,18 @@ int main(int argc, char** argv) {
 #ifdef PACK  // the pack kernel (no barriers: one thread at a time) into NaN-poisoned buffers
   std::vector<char> packs[2];
   const dim3 gemm_grid = gridDim, gemm_block = blockDim;
-  for (int i = 11; i + 5 <= argc; i += 5) {
+  for (int i = 11; i + 6 <= argc; i += 6) {
     const int op = argv[i][0] == 'B', rows = atoi(argv[i + 1]), cols = atoi(argv[i + 2]), ld = atoi(argv[i + 3]);
     packs[op].assign((size_t)rows * ld * sizeof(T) + 16, (char)0xff);
     T* dst = (T*)(packs[op].data() + (16 - (uintptr_t)packs[op].data() % 16) % 16);
-    gridDim = {(unsigned)atoi(argv[i + 4]), 1u, 1u};
+    gridDim = {(unsigned)atoi(argv[i + 4]), (unsigned)atoi(argv[i + 5]), 1u};
     blockDim = {(unsigned)PACK_THREADS, 1u, 1u};
-    for (unsigned x = 0; x < gridDim.x; ++x)
-      for (int t = 0; t < PACK_THREADS; ++t) {
-        blockIdx = {x, 0, 0}; threadIdx = {(unsigned)t, 0, 0};
-        PACK((const T*)operand[op], dst, rows, cols, ld);
-      }
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x)
+        for (int t = 0; t < PACK_THREADS; ++t) {
+          blockIdx = {x, y, 0}; threadIdx = {(unsigned)t, 0, 0};
+          PACK((const T*)operand[op], dst, rows, cols, ld);
+        }
     operand[op] = (const char*)dst;
   }
   gridDim = gemm_grid, blockDim = gemm_block;
@@ -328,7 +331,7 @@ def pack_args(problem, params, launch):
     out = []
     for step, (src, dst, rows, cols, ld) in zip(launch.before, steps, strict=True):
         assert step.block == (mm.PACK_THREADS, 1, 1) and dst == f"packed {src}"
-        out += [src, rows, cols, ld, step.grid[0]]
+        out += [src, rows, cols, ld, step.grid[0], step.grid[1]]
     return out
 
 
@@ -379,10 +382,12 @@ def test_emulated_packed_kernel_matches_float64(tmp_path, params, dtype, shape, 
 
 
 @pytest.mark.parametrize("layout", ["NN", "TT"])
-def test_emulated_kernel_with_one_packed_operand(tmp_path, layout):
+def test_emulated_kernel_with_one_packed_operand(tmp_path, layout, monkeypatch):
     shape = (40, 45, 32) if layout == "NN" else (37, 48, 32)  # NN: only B (ldb = N); TT: only A (lda = M)
     problem = GEMM.problem(list(shape), "float16", layout)
     assert [name for name, _, _ in mm.packed(problem)] == (["B"] if layout == "NN" else ["A"])
+    monkeypatch.setattr(mm, "MAX_GRID_Y", 5)  # the pack kernel's blocks each take several rows
+    assert GEMM.launch("mma", SMALL, problem).before[0].grid[1] == 5
     err, _, _ = emulate(tmp_path, SMALL, "float16", layout, shape, 1.5, 0.5)
     assert err < TOL["float16"], f"relative error {err:.2e}"
 

@@ -223,7 +223,7 @@ def test_export_of_a_packed_mma_entry_names_both_pack_steps(tmp_path):
     header, src = export(tmp_path / "tuned", tmp_path / "out")
     steps = GEMM.launch("mma", MMA, p).before
     row = next(line for line in header.read_text().splitlines() if p.label in line)
-    before = ";".join(f"{s.kernel_name} {s.grid[0]} 1 1 256 0" for s in steps)
+    before = ";".join(f"{s.kernel_name} {s.grid[0]} {s.grid[1]} 1 256 0" for s in steps)
     assert len(steps) == 2 and f'"{before}"' in row and "_uab_" in row
     assert "<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld)" in header.read_text()
     cc = shutil.which("cc") or shutil.which("gcc")

@@ -41,7 +41,6 @@ MAX_ACCUMULATORS = 128  # floats per thread
 MAX_STAGES = 5
 MAX_GRID_Y = 65535
 PACK_THREADS = 256
-MAX_PACK_BLOCKS = 1 << 20  # the pack kernel walks its chunks with a grid-stride loop
 
 
 def _swizzles(cols: int) -> bool:
@@ -131,10 +130,10 @@ def extra_bytes(problem: Any) -> int:
 
 
 def pack_step(rows: int, cols: int, kernel_name: str) -> Step:
-    """The pack kernel's launch for one operand: one thread per 16-byte chunk, a grid-stride loop beyond
-    MAX_PACK_BLOCKS blocks."""
-    blocks = max(1, min(-(-rows * packed_ld(cols) // CH // PACK_THREADS), MAX_PACK_BLOCKS))
-    return Step(kernel_name + "_pack", (blocks, 1, 1), (PACK_THREADS, 1, 1), 0)
+    """The pack kernel's launch for one operand: a thread per 16-byte chunk of a packed row (grid.x), a block
+    row per matrix row (grid.y, which loops over the rows beyond MAX_GRID_Y)."""
+    grid = (-(-packed_ld(cols) // CH // PACK_THREADS), min(rows, MAX_GRID_Y), 1)
+    return Step(kernel_name + "_pack", grid, (PACK_THREADS, 1, 1), 0)
 
 
 def _grid(params: Params, problem: Any) -> tuple[int, int, int]:
