@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import logging
 import math
 import os
@@ -324,7 +325,7 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .report import final_table, problem_name
     from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
-    from .templates import template_hash
+    from .templates import installed_renders, template_hash
     from .verify import tolerance_for
     from .worker import GPUWorker
 
@@ -374,7 +375,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
                 result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),
-                               installed=installed)  # fmt: skip
+                               installed=installed, unchanged=functools.partial(installed_renders, spec.kernel,
+                                                                                problem=problem))  # fmt: skip
                 stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))

@@ -76,8 +76,12 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
 def installed_renders(kernel: str, entry: dict[str, Any], problem: Any) -> bool:
     """Whether a stored entry's kernel is what the installed templates render for its own problem: tuned with
     this template file (same template hash), or the file changed since in ways that leave this entry's source
-    byte-identical (same source hash, e.g. a variant added for other problems). Needs valid parameters."""
+    byte-identical (same source hash, e.g. a variant added for other problems). False for parameters the
+    installed template does not take."""
     template = str(entry.get("template"))
+    family = FAMILIES[kernel]
+    if template not in family.templates or family.check(template, entry.get("params", {})) is not None:
+        return False
     if entry.get("template_hash") == template_hash(kernel, template):
         return True
     stored = entry.get("source_hash")
