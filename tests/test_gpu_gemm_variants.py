@@ -140,13 +140,12 @@ def test_runtime_serves_a_packed_mma_entry(tmp_path, monkeypatch):
 
     import autotune
     from autotune import runtime
+    from autotune.device import current_gpu
     from autotune.store import merge
     from autotune.templates import render, template_hash
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     tuned = tmp_path / "tuned"
-    from autotune.device import current_gpu
-
     key = current_gpu().key
     for dtype, layout, (m, n, k) in [("float16", "NN", (4095, 4097, 4093)), ("bfloat16", "TN", (1001, 517, 2999))]:
         p = GEMM.problem([m, n, k], dtype, layout)
