@@ -1,7 +1,8 @@
 # ruff: noqa: E501 - the host emulator below is C++ kept in strings
 """The mma.sync GEMM template without a GPU: checks mirrored by static_asserts, launch geometry, NVRTC
 compiles for sm_90 without spills, and the kernel's numbers when its CUDA source runs on the host with
-lane-exact emulations of mma.sync m16n8k16, ldmatrix (.trans) and cp.async (PTX ISA fragment layouts)."""
+lane-exact emulations of mma.sync m16n8k16, ldmatrix (.trans) and cp.async (PTX ISA fragment layouts), the
+pack kernel that copies misaligned operands into padded buffers included."""
 
 from __future__ import annotations
 
