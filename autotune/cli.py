@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import logging
 import math
 import os
@@ -324,7 +325,7 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .report import final_table, problem_name
     from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
     from .store import entry_key, merge, read, tuned_file
-    from .templates import template_hash
+    from .templates import installed_renders, template_hash
     from .verify import tolerance_for
     from .worker import GPUWorker
 
@@ -374,7 +375,8 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
                 result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),
-                               installed=installed)  # fmt: skip
+                               installed=installed, unchanged=functools.partial(installed_renders, spec.kernel,
+                                                                                problem=problem))  # fmt: skip
                 stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
     print()
     print(final_table(outcomes, stored))
@@ -448,7 +450,7 @@ def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[s
         "tflops": b.tflops,
         "gbps": b.gbps,
         "registers": b.registers,
-        "extra_bytes": b.extra_bytes,  # conv2d: im2col_gemm's unrolled matrix (0 for one-pass templates)
+        "extra_bytes": b.extra_bytes,  # im2col_gemm's unrolled matrix, mma's packed operands (0: none)
         "energy_j": b.energy_j,
         "gflops_per_j": b.gflops_per_j,
         "energy_method": b.energy_method,

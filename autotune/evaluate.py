@@ -94,7 +94,7 @@ class TrialResult:
     gflops_per_j: float | None = None
     energy_method: str | None = None  # "nvml-counter" or "nvml-power-sampling"
     energy_note: str | None = None  # why energy was asked for but not measured
-    extra_bytes: int | None = None  # device memory besides the operands (im2col_gemm's unrolled matrix)
+    extra_bytes: int | None = None  # device memory besides the operands (im2col's matrix, mma's packed copies)
 
     @property
     def ok(self) -> bool:
@@ -226,7 +226,7 @@ def load_kernel(compiled: CompileResult, shared_bytes: int, name: str | None = N
 def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> TrialResult:
     r = c.compiled
     cand = c.candidate
-    extra_bytes = getattr(FAMILIES[cand.kernel], "extra_bytes", None)  # conv2d only
+    extra_bytes = getattr(FAMILIES[cand.kernel], "extra_bytes", None)  # im2col_gemm's matrix, mma's packed operands
     if extra_bytes is not None:
         extra["extra_bytes"] = extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
     return TrialResult(
@@ -287,7 +287,7 @@ def measure(
         def run() -> None:
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
 
-        if launch.before:  # two-launch templates (im2col_gemm): the steps first, on the same stream
+        if launch.before:  # im2col_gemm's im2col, mma's packs: the steps first, on the same stream
             step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch)  # type: ignore[attr-defined]
             steps = [(load_kernel(c.compiled, s.shared_bytes, s.kernel_name), s, a)
                      for s, a in zip(launch.before, step_args, strict=True)]  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 from .kernels import FAMILIES
 from .store import read
-from .templates import render, template_hash
+from .templates import installed_renders, render
 
 
 def _c_string(s: str) -> str:
@@ -36,7 +36,7 @@ def export(tuned_dir: Path, out_dir: Path) -> list[Path]:
             launch = family.launch(e["template"], e["params"], problem)
             src = out_dir / gpu_key / f"{rendered.kernel_name}.cu"
             src.parent.mkdir(parents=True, exist_ok=True)
-            stale = e.get("template_hash") != template_hash(kernel, e["template"])
+            stale = not installed_renders(kernel, e, problem)
             note = " (NOTE: tuned with an older template; re-tune before relying on its speed)" if stale else ""
             src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + rendered.source)
             written.append(src)
@@ -81,7 +81,12 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
         "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
         "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
-        "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters). */",
+        "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters).",
+        "   gemm mma whose A or B has a leading dimension that is not a multiple of 8 (name tagged _ua, _ub or",
+        "   _uab): `<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld) once per such operand,",
+        "   A first, with src the operand as stored (rows x cols: A M x K or K x M, B K x N or N x K) and dst a",
+        "   buffer of rows x ld elements of T, ld = cols rounded up to a multiple of 8; then `kernel_name` with",
+        "   the packed buffers in place of those operands (the C arguments unchanged). */",
         "typedef struct {",
         "  const char* gpu_key; const char* kernel; const char* dtype; const char* layout; const char* shape;",
         "  int M, N, K; /* gemm only */",

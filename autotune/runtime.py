@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
 from .store import read, tuned_file
-from .templates import render, template_hash
+from .templates import installed_renders, render, template_hash
 
 log = logging.getLogger(__name__)
 
@@ -94,28 +92,18 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
     if entry.get("verified") is not True or template not in family.templates:
         log.debug("skip %s %s: not a verified entry of a known template", where, key)
         return False
-    current = template_hash(kernel, template)
-    if entry.get("template_hash") != current and not _same_source(kernel, key, entry):
-        log.debug(
-            "skip %s %s: tuned with template %s, installed is %s", where, key, entry.get("template_hash"), current
-        )
-        return False
     if family.check(template, entry.get("params", {})) is not None:
         log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
         return False
-    return True
-
-
-def _same_source(kernel: str, key: str, entry: dict[str, Any]) -> bool:
-    """The template file changed since the entry was tuned, but it still renders the entry's kernel byte for
-    byte (its recorded source_hash): the tuned and verified kernel is the one that would run."""
-    try:
-        dtype, layout, label = key.split("/")
-        problem = FAMILIES[kernel].problem(label, dtype, layout)
-        return render(kernel, entry["template"], dict(entry["params"]), problem).source_hash == entry.get("source_hash")
-    except (KeyError, TypeError, ValueError, jinja2.TemplateError) as exc:  # not renderable: simply not used
-        log.debug("skip %s: cannot render it with the installed template (%s)", key, exc)
+    dtype, layout, label = key.split("/")
+    if not installed_renders(kernel, entry, family.problem(label, dtype, layout)):
+        current = template_hash(kernel, template)
+        log.debug(
+            "skip %s %s: tuned with template %s, installed is %s and renders another source", where, key,
+            entry.get("template_hash"), current,
+        )  # fmt: skip
         return False
+    return True
 
 
 def _fits(kernel: str, key: str, entry: dict[str, Any], problem: Any) -> bool:

@@ -62,12 +62,15 @@ def merge(
     force: bool = False,
     pareto: list[dict[str, Any]] | None = None,
     installed: Callable[[str], str | None] | None = None,
+    unchanged: Callable[[dict[str, Any]], bool] | None = None,
 ) -> MergeOutcome:
     """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic.
 
     A stored entry tuned with another version of its template is replaced regardless of time: ``installed``
     gives the installed hash of a template name; without it, only an entry of the same template with
-    another hash counts as outdated (an entry of another template is compared by time).
+    another hash counts as outdated (an entry of another template is compared by time). ``unchanged`` says
+    whether the installed templates still render a stored entry's source byte for byte (a template edit that
+    left it alone): such an entry is compared by time whatever its template hash.
     ``pareto`` (time-energy front points: params, kernel_name, median_ms, energy_j, ..., verified) is merged
     with the stored front of the key even when the entry itself is kept.
     """
@@ -75,7 +78,7 @@ def merge(
         raise ValueError("only verified results may be stored")  # a bug in the caller, not user input
     doc = read(path)
     old = doc["entries"].get(key)
-    stale = old is not None and _outdated(old, entry, installed)
+    stale = old is not None and _outdated(old, entry, installed) and not (unchanged and unchanged(old))
     if old is not None and not force and not stale and old.get("median_ms", float("inf")) <= entry["median_ms"]:
         why = f"kept the stored {old['median_ms']:.4g} ms (new {entry['median_ms']:.4g} ms)"
         if pareto:

@@ -71,3 +71,26 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
     source = _environment().get_template(f"{template_dir(kernel)}/{concrete}.cu.j2").render(context)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)
+
+
+def installed_renders(kernel: str, entry: dict[str, Any], problem: Any) -> bool:
+    """Whether a stored entry's kernel is what the installed templates render for its own problem: tuned with
+    this template file (same template hash), or the file changed since in ways that leave this entry's source
+    byte-identical (same source hash, e.g. a variant added for other problems). False for parameters the
+    installed template does not take."""
+    template = str(entry.get("template"))
+    family = FAMILIES[kernel]
+    if template not in family.templates or family.check(template, entry.get("params", {})) is not None:
+        return False
+    if entry.get("template_hash") == template_hash(kernel, template):
+        return True
+    stored = entry.get("source_hash")
+    if not stored:
+        return False
+    params = tuple(sorted(dict(entry.get("params", {})).items()))
+    return _source_hash(kernel, template, params, problem) == stored
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_hash(kernel: str, template: str, params: tuple[tuple[str, Any], ...], problem: Any) -> str:
+    return render(kernel, template, dict(params), problem).source_hash

@@ -1,7 +1,8 @@
 # ruff: noqa: E501 - the host emulator below is C++ kept in strings
 """The mma.sync GEMM template without a GPU: checks mirrored by static_asserts, launch geometry, NVRTC
 compiles for sm_90 without spills, and the kernel's numbers when its CUDA source runs on the host with
-lane-exact emulations of mma.sync m16n8k16, ldmatrix (.trans) and cp.async (PTX ISA fragment layouts)."""
+lane-exact emulations of mma.sync m16n8k16, ldmatrix (.trans) and cp.async (PTX ISA fragment layouts), the
+pack kernel that copies misaligned operands into padded buffers included."""
 
 from __future__ import annotations
 
@@ -53,23 +54,81 @@ def test_checks_name_the_broken_rule():
 
 
 @pytest.mark.parametrize(
-    ("shape", "layout", "fragment"),
+    ("shape", "layout", "packed"),
     [
-        ("256x256x260", "NN", "multiples of 8 (16-byte rows), not 260 and 256 in layout NN"),
-        ("256x258x256", "NN", "not 256 and 258"),
-        ("250x256x256", "TN", "not 250 and 256"),
-        ("256x256x250", "NT", "not 250 and 250"),
+        ("256x256x260", "NN", (("A", 256, 260),)),  # lda = K
+        ("256x258x256", "NN", (("B", 256, 258),)),  # ldb = N
+        ("250x256x256", "TN", (("A", 256, 250),)),  # lda = M
+        ("256x256x250", "NT", (("A", 256, 250), ("B", 256, 250))),  # lda = ldb = K
+        ("4095x4097x4093", "NN", (("A", 4095, 4093), ("B", 4093, 4097))),
+        ("255x257x256", "NT", ()),  # the extents that are not leading dimensions are free
+        ("256x256x255", "TN", ()),
     ],
 )
-def test_problems_without_16_byte_rows_are_refused_with_one_sentence(shape, layout, fragment):
-    reason = GEMM.check_problem("mma", P, GEMM.problem(shape, "float16", layout))
-    assert reason is not None and fragment in reason and reason.count(". ") == 0, reason
-    # the other operand's extent is free: N odd in NT and TT, M odd in NN and NT, K odd in TN
-    for ok, lay in (("256x257x256", "NT"), ("255x256x256", "NN"), ("256x256x255", "TN"), ("255x257x256", "NT")):
-        assert GEMM.check_problem("mma", P, GEMM.problem(ok, "bfloat16", lay)) is None, (ok, lay)
+def test_operands_whose_rows_are_not_16_bytes_are_packed(shape, layout, packed):
+    problem = GEMM.problem(shape, "bfloat16", layout)
+    assert GEMM.check_problem("mma", P, problem) is None and mm.packed(problem) == packed
+    name = GEMM.kernel_name("mma", P, problem)
+    tag = "".join(op.lower() for op, _, _ in packed)
+    assert (f"_{layout.lower()}_u{tag}_bm128" in name) if packed else ("_u" not in name)
+    launch = GEMM.launch("mma", P, problem)
+    assert launch.grid == (-(-problem.N // 256), -(-problem.M // 128), 1)  # the true M and N, packed or not
+    assert [s.kernel_name for s in launch.before] == [name + "_pack"] * len(packed)
+    for step, (_, rows, cols) in zip(launch.before, packed, strict=True):
+        chunks = -(-cols // 8)  # one thread per 16-byte chunk of a packed row, a block row per matrix row
+        assert step.grid == (-(-chunks // mm.PACK_THREADS), rows, 1) and step.block == (mm.PACK_THREADS, 1, 1)
+    assert GEMM.extra_bytes("mma", P, problem) == sum(r * -(-c // 8) * 8 * 2 for _, r, c in packed)
+    assert GEMM.scratch("mma", P, problem) == (0, 0)  # the split-K arguments the kernel ignores, as before
+    source = render("gemm", "mma", P, problem).source
+    assert (name + "_pack(") in source if packed else "_pack" not in source
     assert "mma computes float16, bfloat16, not float32" in GEMM.check_problem(
-        "mma", P, GEMM.problem("256x256x256", "float32")
+        "mma", P, GEMM.problem("256x256x260", "float32")
     )
+
+
+def test_the_4095x4097x4093_packs_move_what_the_readme_promises():
+    p = GEMM.problem("4095x4097x4093", "float16")
+    assert GEMM.extra_bytes("mma", P, p) == (4095 * 4096 + 4093 * 4104) * 2  # 67 MB written, the same read
+    assert GEMM.extra_bytes("wmma", {}, p) == 0 and GEMM.extra_bytes("mma", P, GEMM.problem("64x64x64", "float16")) == 0
+    tall = GEMM.problem([2**17, 8, 9], "float16")  # more rows than grid.y takes: the pack kernel loops over them
+    assert GEMM.launch("mma", P, tall).before[0].grid == (1, mm.MAX_GRID_Y, 1)
+    wide = GEMM.problem([8, 8, 2**20 - 1], "float16")
+    assert GEMM.launch("mma", P, wide).before[0].grid == (2**17 // mm.PACK_THREADS, 8, 1)
+    with pytest.raises(ValueError, match="needs the kernel name"):
+        mm.launch(P, p)
+
+
+def test_pack_args_scratch_and_main_args(monkeypatch):
+    import numpy as np
+
+    p = GEMM.problem("37x45x29", "float16", "TN")  # A stored 29 x 37 (lda 37), B 29 x 45 (ldb 45)
+    scratch = ("partial", "counters", "packed A", "packed B")
+    (sa, sb) = GEMM.before_args("mma", P, p, ("a", "b"), scratch)
+    assert sa == ("a", "packed A", 29, 37, 40) and sb == ("b", "packed B", 29, 45, 48)
+    assert all(isinstance(x, np.int32) for x in (*sa[2:], *sb[2:]))
+    args = GEMM.kernel_args(p, ("a", "b"), "c", 2.0, 0.5, scratch)
+    assert args[:6] == ("packed A", "packed B", "c", 37, 45, 29) and args[6:] == (2.0, 0.5, "partial", "counters")
+    only_b = GEMM.problem("40x45x29", "float16", "TN")
+    assert GEMM.kernel_args(only_b, ("a", "b"), "c", scratch=scratch[:3])[:2] == ("a", "packed A")
+    with pytest.raises(ValueError):  # a scratch tuple that does not match the problem's packs
+        GEMM.kernel_args(only_b, ("a", "b"), "c", scratch=scratch)
+    assert GEMM.before_args("wmma", {}, p, ("a", "b"), scratch[:2]) == ()
+
+    class FakeCupy:  # new_scratch's buffers: split-K pair, then the packed copies (rows x padded row)
+        @staticmethod
+        def zeros(n, dtype):
+            return ("zeros", n)
+
+        @staticmethod
+        def empty(shape, dtype):
+            return ("empty", shape, dtype)
+
+        float32, uint32 = "float32", "uint32"
+
+    monkeypatch.setitem(__import__("sys").modules, "cupy", FakeCupy)
+    assert GEMM.new_scratch("mma", P, p) == (("zeros", 1), ("zeros", 1), ("empty", (29, 40), "float16"),
+                                              ("empty", (29, 48), "float16"))  # fmt: skip
+    assert GEMM.new_scratch("mma", P, GEMM.problem("40x48x29", "bfloat16", "TN")) == (("zeros", 1), ("zeros", 1))
 
 
 def test_geometry_and_shared_memory():
@@ -105,6 +164,25 @@ def test_compiles_for_sm90_without_spills(dtype, layout):
         assert "mma.sync" not in c.source or "ldmatrix" in c.source
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout):
+    from autotune.evaluate import kernel_resources
+
+    problem = GEMM.problem("4095x4097x4093", dtype, layout)  # every leading dimension odd: A and B packed
+    for label in ("128x256x32s4", "64x64x16s2"):
+        c = render_candidate(Candidate("gemm", "mma", problem, Config.of(GOOD[label])), SETTINGS)
+        assert c.status is None and c.kernel_name.endswith("_uab_" + c.kernel_name.split("_uab_")[1]), c.reason
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok, f"{label}: {r.error}"
+        assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
+        registers, spills = kernel_resources(r, c.kernel_name + "_pack")
+        assert registers and spills == 0 and registers * mm.PACK_THREADS <= 65536, (registers, spills)
+        aligned = render("gemm", "mma", GOOD[label], GEMM.problem("4096x4104x4088", dtype, layout))
+        # the same GEMM: only the padded leading dimensions differ (register allocation may move a little)
+        assert abs(compile_source(aligned.source, aligned.kernel_name, "sm_90").registers - r.registers) <= 8
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -130,7 +208,7 @@ def test_a_config_the_checks_reject_trips_a_static_assert_when_compiled_anyway(p
 
 EMU_PTX = MMA_PTX
 
-EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes
+EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes, then per pack step: operand rows cols ld gx gy
 static std::vector<char> slurp(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
   fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
@@ -143,6 +221,26 @@ int main(int argc, char** argv) {
   int threads = atoi(argv[9]); size_t smem_bytes = atol(argv[10]);
   blockDim = {(unsigned)threads, 1, 1};
   auto a = slurp(dir + "/a.bin"); auto b = slurp(dir + "/b.bin"); auto c = slurp(dir + "/c.bin");
+  const char* operand[2] = {a.data(), b.data()};  // what the GEMM reads: as stored, or the packed copy
+#ifdef PACK  // the pack kernel (no barriers: one thread at a time) into NaN-poisoned buffers
+  std::vector<char> packs[2];
+  const dim3 gemm_grid = gridDim, gemm_block = blockDim;
+  for (int i = 11; i + 6 <= argc; i += 6) {
+    const int op = argv[i][0] == 'B', rows = atoi(argv[i + 1]), cols = atoi(argv[i + 2]), ld = atoi(argv[i + 3]);
+    packs[op].assign((size_t)rows * ld * sizeof(T) + 16, (char)0xff);
+    T* dst = (T*)(packs[op].data() + (16 - (uintptr_t)packs[op].data() % 16) % 16);
+    gridDim = {(unsigned)atoi(argv[i + 4]), (unsigned)atoi(argv[i + 5]), 1u};
+    blockDim = {(unsigned)PACK_THREADS, 1u, 1u};
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x)
+        for (int t = 0; t < PACK_THREADS; ++t) {
+          blockIdx = {x, y, 0}; threadIdx = {(unsigned)t, 0, 0};
+          PACK((const T*)operand[op], dst, rows, cols, ld);
+        }
+    operand[op] = (const char*)dst;
+  }
+  gridDim = gemm_grid, blockDim = gemm_block;
+#endif
   std::vector<unsigned char> smem(smem_bytes + 128);
   g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
   g_smem_size = smem_bytes;
@@ -159,7 +257,7 @@ int main(int argc, char** argv) {
       for (int t = 0; t < threads; ++t)
         ts.emplace_back([&, t] {
           threadIdx = {(unsigned)t, 0, 0};
-          KERNEL((const T*)a.data(), (const T*)b.data(), (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
+          KERNEL((const T*)operand[0], (const T*)operand[1], (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
           if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
         });
       for (auto& th : ts) th.join();
@@ -197,8 +295,10 @@ def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
     decl = "extern __shared__ __align__(128) unsigned char smem_raw[];"
     assert decl in src
     src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
+    launch = GEMM.launch("mma", params, problem)
+    pack = f"#define PACK {r.kernel_name}_pack\n" if launch.before else ""
     (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{EMU_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+        f"{HEADER}\n#include <memory>\n{EMU_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{pack}{EMU_MAIN}"
     )
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
@@ -211,15 +311,29 @@ def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
     _bits(a.T if layout[0] == "T" else a, dtype).tofile(tmp_path / "a.bin")
     _bits(b.T if layout[1] == "T" else b, dtype).tofile(tmp_path / "b.bin")
     _bits(c, dtype).tofile(tmp_path / "c.bin")
-    launch = GEMM.launch("mma", params, problem)
     args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, launch.grid[0], launch.grid[1], launch.block[0]]
-    args += [launch.shared_bytes]
+    args += [launch.shared_bytes, *pack_args(problem, params, launch)]
     run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     conflicts, loads = map(int, run.stdout.split())
     out = _values((tmp_path / "out.bin").read_bytes(), dtype, (M, N))
     ref = alpha * (a @ b) + beta * c
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref)), conflicts, loads
+
+
+def pack_args(problem, params, launch):
+    """The emulator's pack arguments (operand rows cols ld blocks, per step) from the family's own
+    before_args, with names standing in for the arrays; checks that kernel_args hands the GEMM the copies."""
+    scratch = ("partial", "counters", *(f"packed {name}" for name, _, _ in mm.packed(problem)))
+    steps = GEMM.before_args("mma", params, problem, ("A", "B"), scratch)
+    main = GEMM.kernel_args(problem, ("A", "B"), "C", scratch=scratch)
+    packed = {src for src, *_ in steps}
+    assert main[:2] == tuple(f"packed {x}" if x in packed else x for x in "AB") and main[-2:] == scratch[:2]
+    out = []
+    for step, (src, dst, rows, cols, ld) in zip(launch.before, steps, strict=True):
+        assert step.block == (mm.PACK_THREADS, 1, 1) and dst == f"packed {src}"
+        out += [src, rows, cols, ld, step.grid[0], step.grid[1]]
+    return out
 
 
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
@@ -250,6 +364,35 @@ def test_emulated_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, 
     assert loads > 0 and conflicts == 0, f"{conflicts} bank conflicts in {loads} ldmatrix"
 
 
+PACKED = [
+    # params, dtype, shape, alpha, beta: leading dimensions not multiples of 8 in every layout
+    (SMALL, "float16", (37, 45, 29), 1.0, 0.0),  # one block; A and B packed in every layout
+    (dict(SMALL, BM=32, BK=16, WM=16, STAGES=4, RASTER=3), "bfloat16", (37, 45, 29), 0.5, -1.5),
+    (dict(SMALL, BK=64, WN=64, BN=128, STAGES=2, SWIZZLE=False, RASTER=2), "float16", (75, 131, 71), 2.0, 0.25),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta"), PACKED)
+def test_emulated_packed_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
+    problem = GEMM.problem(list(shape), dtype, layout)
+    assert len(mm.packed(problem)) == 2 and len(GEMM.launch("mma", params, problem).before) == 2
+    err, conflicts, loads = emulate(tmp_path, params, dtype, layout, shape, alpha, beta)
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+    assert loads > 0 and conflicts == 0, f"{conflicts} bank conflicts in {loads} ldmatrix"
+
+
+@pytest.mark.parametrize("layout", ["NN", "TT"])
+def test_emulated_kernel_with_one_packed_operand(tmp_path, layout, monkeypatch):
+    shape = (40, 45, 32) if layout == "NN" else (37, 48, 32)  # NN: only B (ldb = N); TT: only A (lda = M)
+    problem = GEMM.problem(list(shape), "float16", layout)
+    assert [name for name, _, _ in mm.packed(problem)] == (["B"] if layout == "NN" else ["A"])
+    monkeypatch.setattr(mm, "MAX_GRID_Y", 5)  # the pack kernel's blocks each take several rows
+    assert GEMM.launch("mma", SMALL, problem).before[0].grid[1] == 5
+    err, _, _ = emulate(tmp_path, SMALL, "float16", layout, shape, 1.5, 0.5)
+    assert err < TOL["float16"], f"relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("spec_file", ["gemm_fp16.yaml", "gemm_bf16.yaml"])
 def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
     from pathlib import Path
@@ -260,12 +403,15 @@ def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_fil
     spec = load_spec(Path(__file__).resolve().parent.parent / "configs" / spec_file)
     starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
     assert len(starts) >= 3
-    aligned = [p for p in spec.problems if GEMM.check_problem("mma", P, p) is None]
-    assert any(p.label == "8192x8192x8192" for p in aligned)
+    # every shape, the odd ones included (their misaligned operands are packed first)
+    assert all(GEMM.check_problem("mma", P, p) is None for p in spec.problems)
+    assert spec.problems[0].label == "8192x8192x8192"
     for config in spec.start_from:
-        for problem in aligned:
+        for problem in spec.problems:
             assert static_check(Candidate("gemm", "auto", problem, config), SETTINGS) is None, (config, problem)
-    for config in starts:
-        c = render_candidate(Candidate("gemm", "auto", aligned[0], config), SETTINGS)
+    odd = next(p for p in spec.problems if p.label == "4095x4097x4093")
+    for config, problem in [(c, p) for c in starts for p in (spec.problems[0], odd)]:
+        c = render_candidate(Candidate("gemm", "auto", problem, config), SETTINGS)
+        assert ("_uab_" in c.kernel_name) == (problem is odd)
         r = compile_source(c.source, c.kernel_name, "sm_90")
         assert r.ok and r.spills == 0, (config, r.error, r.spills)

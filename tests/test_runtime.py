@@ -191,3 +191,88 @@ def test_host_arrays_get_one_sentence_before_any_gpu_work():
             runtime.gemm(bad, bad)
     with pytest.raises(TypeError, match="must be a CuPy array"):
         runtime.gemm([[1.0]], [[1.0]])
+
+
+MMA = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, SWIZZLE=True, RASTER=8)
+
+
+def test_every_stored_winner_is_what_the_installed_templates_render():
+    """The shipped tuned/ entries stay served: each one's source, rendered by today's templates for its own
+    problem, is byte-identical to the one it was tuned with (a template edit must not change it)."""
+    from autotune.templates import installed_renders
+
+    checked = 0
+    for path in sorted(runtime.default_tuned_dir().glob("*/*.json")):
+        family = FAMILIES[path.stem]
+        for key, e in json.loads(path.read_text())["entries"].items():
+            dtype, layout, label = key.split("/")
+            p = family.problem(label, dtype, layout)
+            assert render(path.stem, e["template"], e["params"], p).source_hash == e["source_hash"], key
+            assert installed_renders(path.stem, e, p), key
+            checked += 1
+    assert checked >= 20
+
+
+def test_an_entry_whose_template_changed_is_served_while_its_source_is_unchanged(tmp_path, caplog):
+    p = GEMM.problem("4096x4096x4096", "float16")
+    same = {"template": "mma", "params": MMA, "verified": True, "median_ms": 0.3, "template_hash": "0ld0ld0ld0ld0ld0",
+            "source_hash": render("gemm", "mma", MMA, p).source_hash}  # fmt: skip
+    d = tmp_path / "tuned"
+    merge(d / H200 / "gemm.json", {}, "float16/NN/4096x4096x4096", same)
+    assert choose("gemm", p, H200, "sm_90", d).step == "exact"
+    text = export(d, tmp_path / "out")[1].read_text()
+    assert "tuned with an older template" not in text.splitlines()[0]
+    merge(d / H200 / "gemm.json", {}, "float16/NN/4096x4096x4096", {**same, "source_hash": "another"}, force=True)
+    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+        assert choose("gemm", p, H200, "sm_90", d).step == "default"
+    assert "installed is" in caplog.text and "renders another source" in caplog.text
+    text = export(d, tmp_path / "out2")[1].read_text()
+    assert "tuned with an older template" in text.splitlines()[0]
+
+
+def test_export_of_a_packed_mma_entry_names_both_pack_steps(tmp_path):
+    p = GEMM.problem("4095x4097x4093", "float16")
+    r = render("gemm", "mma", MMA, p)
+    e = {"template": "mma", "params": MMA, "verified": True, "median_ms": 0.4,
+         "template_hash": template_hash("gemm", "mma"), "source_hash": r.source_hash}  # fmt: skip
+    merge(tmp_path / "tuned" / H200 / "gemm.json", {}, f"float16/NN/{p.label}", e)
+    header, src = export(tmp_path / "tuned", tmp_path / "out")
+    steps = GEMM.launch("mma", MMA, p).before
+    row = next(line for line in header.read_text().splitlines() if p.label in line)
+    before = ";".join(f"{s.kernel_name} {s.grid[0]} {s.grid[1]} 1 256 0" for s in steps)
+    assert len(steps) == 2 and f'"{before}"' in row and "_uab_" in row
+    assert "<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld)" in header.read_text()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        subprocess.run([cc, "-fsyntax-only", "-x", "c", str(header)], check=True)
+    assert f"{r.kernel_name}_pack(" in src.read_text() and src.stem == r.kernel_name
+
+
+def test_a_packed_gemm_runs_its_pack_steps_then_the_gemm_on_the_copies(monkeypatch):
+    p = GEMM.problem("37x45x29", "bfloat16", "NT")  # lda = ldb = K = 29: both packed
+    launch = GEMM.launch("mma", MMA, p)
+    log, made = [], []
+
+    class Fn:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, grid, block, args, shared_mem):
+            log.append((self.name, grid, args))
+
+    def new_scratch():
+        made.append(("partial", "counters", f"packed A {len(made)}", f"packed B {len(made)}"))
+        return made[-1]
+
+    steps = tuple((Fn(f"pack {i}"), s) for i, s in enumerate(launch.before))
+    choice = runtime.Choice("mma", MMA, "exact", "test")
+    launcher = runtime.StagedLauncher("gemm", p, choice, Fn("gemm"), launch, "k", new_scratch, steps)
+    stream = ["s1"]
+    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    launcher("a", "b", "c", 2.0, 0.5)
+    stream[0] = "s2"
+    launcher("a", "b", "c")
+    assert [e[0] for e in log] == ["pack 0", "pack 1", "gemm"] * 2 and len(made) == 2  # scratch per stream
+    assert log[0][2] == ("a", "packed A 0", 37, 29, 32) and log[1][2] == ("b", "packed B 0", 45, 29, 32)
+    assert log[2][2][:8] == ("packed A 0", "packed B 0", "c", 37, 45, 29, 2.0, 0.5)
+    assert log[5][2][:2] == ("packed A 1", "packed B 1") and log[2][1] == launch.grid

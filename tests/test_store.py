@@ -115,3 +115,17 @@ def test_an_entry_whose_template_changed_since_is_replaced_by_any_template(path)
     installed = {"wmma": "w1", "skinny": "s1"}.get
     out = merge(path, HEADER, key, entry(0.03, template="skinny", template_hash="s1"), installed=installed)
     assert out.stored and "another version" in out.why
+
+
+def test_an_entry_whose_source_the_edited_template_still_renders_is_compared_by_time(path):
+    """A template edit that leaves a stored entry's rendered source alone (e.g. a variant for other problems)
+    does not make it outdated: a slower result must not replace it."""
+    key = entry_key("float16", "NN", "16x4096x4096")
+    merge(path, HEADER, key, entry(0.02, template="wmma", template_hash="w0", source_hash="same"))
+    installed = {"wmma": "w1"}.get
+    out = merge(path, HEADER, key, entry(0.03, template="wmma", template_hash="w1"), installed=installed,
+                unchanged=lambda old: old["source_hash"] == "same")  # fmt: skip
+    assert not out.stored and "kept" in out.why
+    out = merge(path, HEADER, key, entry(0.03, template="wmma", template_hash="w1"), installed=installed,
+                unchanged=lambda old: False)  # fmt: skip
+    assert out.stored and "another version" in out.why

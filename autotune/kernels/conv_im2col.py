@@ -9,7 +9,8 @@ reads padding); the GEMM template ``templates/gemm/<GEMM>.cu.j2`` is included, n
 so the GEMM problem is (M, K, Kg) in layout NT. Its parameters are this template's ``G_*`` parameters without
 the prefix; its derived values and checks come from the gemm family (``GEMM.context``, ``GEMM.check``,
 ``GEMM.check_problem``), so they live in one place. GEMM is a choice parameter with one value today, "mma"
-(fp16 tensor cores, 16-byte rows: Kg and K must be multiples of 8). float32 is refused: the fp32 GEMM
+(fp16 tensor cores, 16-byte rows: Kg must be a multiple of 8; this template renders the GEMM's aligned
+variant, without its pack steps). float32 is refused: the fp32 GEMM
 template (simt) reads NN only, so it would need a transposed copy of the filter as well.
 
 The unrolled matrix is the extra memory: M * Kg elements (``extra_bytes``), allocated once per candidate (and
@@ -116,6 +117,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
     m, kg = p.N * p.P * p.Q, p.R * p.S * p.C
     if m > MAX_INDEX or kg > MAX_INDEX or p.K > MAX_INDEX:
         return "im2col_gemm needs N*P*Q, R*S*C and K below 2**31 (the GEMM's int sizes)"
+    if kg % gemm_mma.CH:  # both GEMM operands' rows are R*S*C long; the included GEMM is the aligned variant
+        return f"im2col_gemm's GEMM reads 16-byte rows: R*S*C = {kg} must be a multiple of {gemm_mma.CH}"
     reason = GEMM.check_problem(params["GEMM"], gemm_params(params), gemm_problem(problem))
     return f"im2col_gemm's GEMM (M={m}, N={p.K}, K={kg}): {reason}" if reason else None
 

@@ -241,7 +241,10 @@ class GemmFamily:
         return None
 
     def launch(self, template: str, params: Params, problem: GemmProblem) -> Launch:
+        """The main kernel's launch; mma packs misaligned operands first (``before``: steps named after it)."""
         template = self.resolve(template, params)
+        if template == "mma":
+            return gemm_mma.launch(params, problem, self.kernel_name(template, params, problem))
         if template in MODULES:
             return MODULES[template].launch(params, problem)
         if template == "naive":
@@ -256,6 +259,10 @@ class GemmFamily:
         """(partial-sum floats, counters) for templates that take scratch buffers; None for those that don't."""
         template = self.resolve(template, params)
         return MODULES[template].scratch(params, problem) if template in MODULES else None
+
+    def extra_bytes(self, template: str, params: Params, problem: GemmProblem) -> int:
+        """Device memory a candidate needs besides A, B, C and split-K scratch: mma's packed operands, else 0."""
+        return gemm_mma.extra_bytes(problem) if self.resolve(template, params) == "mma" else 0
 
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
@@ -294,22 +301,48 @@ class GemmFamily:
         return cp.empty((problem.M, problem.N), dtype=problem.storage)
 
     def new_scratch(self, template: str, params: Params, problem: GemmProblem) -> tuple[Any, ...]:
-        """Zeroed scratch buffers for templates that take them (split-K partials and tile counters)."""
+        """Scratch buffers for templates that take them: split-K partials and tile counters (zeroed), then for
+        mma one buffer per packed operand (rows x padded row, A first; the pack steps write all of it)."""
         import cupy as cp
 
         need = self.scratch(template, params, problem)
         if need is None:
             return ()
         floats, counters = need
-        return cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
+        split_k = cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
+        if self.resolve(template, params) != "mma":
+            return split_k
+        packs = [
+            cp.empty((rows, gemm_mma.packed_ld(cols)), problem.storage) for _, rows, cols in gemm_mma.packed(problem)
+        ]
+        return (*split_k, *packs)
+
+    def before_args(
+        self, template: str, params: Params, problem: GemmProblem, inputs: tuple[Any, Any], scratch: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], ...]:  # fmt: skip
+        """Arguments of each step of ``launch(...).before``: mma's pack kernel takes (operand as stored, its
+        packed buffer, rows, cols, padded row) once per packed operand; () for every other template."""
+        import numpy as np
+
+        if self.resolve(template, params) != "mma":
+            return ()
+        stored = dict(zip("AB", inputs, strict=True))
+        ops = gemm_mma.packed(problem)
+        return tuple((stored[name], buf, np.int32(rows), np.int32(cols), np.int32(gemm_mma.packed_ld(cols)))
+                     for (name, rows, cols), buf in zip(ops, scratch[2:], strict=True))  # fmt: skip
 
     def kernel_args(
         self, problem: GemmProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0,
         scratch: tuple[Any, ...] = (),
     ) -> tuple[Any, ...]:  # fmt: skip
+        """(A, B, C, M, N, K, alpha, beta, *scratch). Scratch beyond the two split-K buffers is mma's packed
+        operands (see ``new_scratch``): the kernel reads those in place of the misaligned A and/or B."""
         import numpy as np
 
         a, b = inputs
+        if len(scratch) > 2:
+            packs = dict(zip((name for name, _, _ in gemm_mma.packed(problem)), scratch[2:], strict=True))
+            a, b, scratch = packs.get("A", a), packs.get("B", b), scratch[:2]
         m, n, k = np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)
         return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta), *scratch)
 
