@@ -13,7 +13,7 @@ from typing import Any
 
 from .kernels import FAMILIES
 from .store import read
-from .templates import render, template_hash
+from .templates import render, renders_as_stored
 
 
 def _c_string(s: str) -> str:
@@ -36,7 +36,7 @@ def export(tuned_dir: Path, out_dir: Path) -> list[Path]:
             launch = family.launch(e["template"], e["params"], problem)
             src = out_dir / gpu_key / f"{rendered.kernel_name}.cu"
             src.parent.mkdir(parents=True, exist_ok=True)
-            stale = e.get("template_hash") != template_hash(kernel, e["template"])
+            stale = not renders_as_stored(kernel, e, problem)
             note = " (NOTE: tuned with an older template; re-tune before relying on its speed)" if stale else ""
             src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + rendered.source)
             written.append(src)
@@ -75,7 +75,8 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "   `scratch_floats` floats and `scratch_counters` unsigned ints, zeroed once before the first launch",
         "   (the kernels leave the counters zero; any non-null pointer will do when both counts are 0).",
         "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
-        "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q).",
+        "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q); implicit_mma with",
+        "   SPLIT_K > 1 (grid_z) adds (float* partial, unsigned* counters) after Q, sized and zeroed as for gemm.",
         "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
         "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
         "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",

@@ -7,9 +7,10 @@ The lookup chain, each step logged at debug level:
 3. same architecture: the same steps on another GPU of the same ``sm_XX``;
 4. default: the family's default configuration, which the GPU test tier verifies on odd shapes.
 
-Entries tuned with a different template (hash) than the one installed are skipped: a configuration is
-served only with the source it was verified with. Compiled cubins are cached on disk, keyed by the
-rendered source, the compile options, the architecture and the NVRTC version, and in process.
+Entries whose source the installed template no longer renders are skipped: a configuration is served only
+with the source it was verified with (the same template file, or the same rendered source hash). Compiled
+cubins are cached on disk, keyed by the rendered source, the compile options, the architecture and the NVRTC
+version, and in process.
 
 >>> import cupy as cp, autotune                                    # doctest: +SKIP
 >>> c = autotune.gemm(cp.ones((300, 500), cp.float32), cp.ones((500, 70), cp.float32))  # doctest: +SKIP
@@ -33,7 +34,7 @@ from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
 from .store import read, tuned_file
-from .templates import render, template_hash
+from .templates import render, renders_as_stored, template_hash
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,14 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
     if entry.get("verified") is not True or template not in family.templates:
         log.debug("skip %s %s: not a verified entry of a known template", where, key)
         return False
-    current = template_hash(kernel, template)
-    if entry.get("template_hash") != current:
-        log.debug(
-            "skip %s %s: tuned with template %s, installed is %s", where, key, entry.get("template_hash"), current
-        )
-        return False
     if family.check(template, entry.get("params", {})) is not None:
         log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
+        return False
+    dtype, layout, label = key.split("/")
+    if not renders_as_stored(kernel, entry, family.problem(label, dtype, layout)):
+        current = template_hash(kernel, template)
+        log.debug("skip %s %s: tuned with template %s, installed is %s and renders another source", where, key,
+                  entry.get("template_hash"), current)  # fmt: skip
         return False
     return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -71,3 +72,16 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
     source = _environment().get_template(f"{template_dir(kernel)}/{concrete}.cu.j2").render(context)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)
+
+
+def renders_as_stored(kernel: str, entry: Mapping[str, Any], problem: Any) -> bool:
+    """Whether the installed template gives a stored entry the source it was verified with: the same template
+    file (``template_hash``), or, after the file changed, the same rendered source for the entry's own problem
+    (``source_hash``), as when a parameter added later renders at its default exactly as before."""
+    template = str(entry.get("template"))
+    if entry.get("template_hash") == template_hash(kernel, template):
+        return True
+    stored = entry.get("source_hash")
+    if not stored or FAMILIES[kernel].check(template, entry.get("params", {})) is not None:
+        return False
+    return render(kernel, template, dict(entry["params"]), problem).source_hash == stored
