@@ -448,7 +448,7 @@ def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[s
         "tflops": b.tflops,
         "gbps": b.gbps,
         "registers": b.registers,
-        "extra_bytes": b.extra_bytes,  # conv2d: im2col_gemm's unrolled matrix (0 for one-pass templates)
+        "extra_bytes": b.extra_bytes,  # conv2d: im2col_gemm's unrolled matrix, split-K partials (else 0)
         "energy_j": b.energy_j,
         "gflops_per_j": b.gflops_per_j,
         "energy_method": b.energy_method,

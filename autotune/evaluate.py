@@ -94,7 +94,7 @@ class TrialResult:
     gflops_per_j: float | None = None
     energy_method: str | None = None  # "nvml-counter" or "nvml-power-sampling"
     energy_note: str | None = None  # why energy was asked for but not measured
-    extra_bytes: int | None = None  # device memory besides the operands (im2col_gemm's unrolled matrix)
+    extra_bytes: int | None = None  # device memory besides the operands (unrolled matrix, split-K partials)
 
     @property
     def ok(self) -> bool:

@@ -6,6 +6,7 @@ mma.sync, ldmatrix and cp.async (tests/host_cuda.py MMA_PTX)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.evaluate import Candidate, Fixture, Settings, render_candidate, static_check
 from autotune.kernels import FAMILIES
 from autotune.kernels import conv_implicit_mma as im
 from autotune.space import Config
@@ -23,6 +24,7 @@ from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, gxx
 from tests.test_conv import reference
 
+evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -471,3 +473,94 @@ def test_emulated_split_k_matches_float64_and_relaunches(tmp_path, params, shape
 def test_the_split_k_cases_cover_empty_slices():
     slices = [_slices(p, CONV.problem(s, "float16", "NHWC")) for p, s in SPLIT_EMULATED]
     assert slices[2] == [0, 1, 0, 1, 1] and slices[0] == [1, 2]
+
+
+# --- split-K through the framework: measure, the runtime launcher and export (fake kernels, no GPU) --------
+
+
+class FakeFn:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.log.append((self.name, grid, block, args, shared_mem))
+
+
+def test_measure_launches_split_k_with_its_scratch_after_the_conv_args(monkeypatch):
+    p = CONV.problem("n2c16h9w7k24r3s3u1p1", "float16", "NHWC")
+    params = dict(SMALL, SPLIT_K=3)
+    c = render_candidate(Candidate("conv2d", "implicit_mma", p, Config.of(params)), SETTINGS)
+    c = evaluate.replace(c, compiled=evaluate.CompileResult(c.kernel_name, b"cubin", "", 0.0))
+    log, asked = [], []
+    monkeypatch.setattr(evaluate, "load_kernel", lambda r, smem, name=None: FakeFn(name or r.kernel_name, log))
+
+    def new_scratch(template, params, problem):
+        asked.append(CONV.scratch(template, params, problem))
+        return ("partial", "counters")
+
+    monkeypatch.setattr(CONV, "new_scratch", new_scratch)
+    monkeypatch.setattr(CONV, "new_output", lambda problem: "y")
+    monkeypatch.setattr(evaluate.verify, "poison", lambda out: None)
+    evaluate.measure(c, SETTINGS, flush=object(), fixture=Fixture("conv2d", p, ("x", "w"), None))  # no GPU: ends there
+    launch = CONV.launch("implicit_mma", params, p)
+    assert asked == [(3 * p.N * p.P * p.Q * p.K, launch.grid[0] * launch.grid[1])]
+    ((name, grid, block, args, shared),) = log
+    assert name == c.kernel_name and grid == launch.grid and grid[2] == 3 and shared == launch.shared_bytes
+    assert args[:3] == ("x", "w", "y") and len(args) == 16 and args[14:] == ("partial", "counters")
+
+
+def test_runtime_launcher_keeps_split_k_scratch_per_stream(monkeypatch):
+    from autotune import runtime
+
+    p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=2)
+    made, log = [], []
+
+    def new_scratch():
+        made.append((object(), object()))
+        return made[-1]
+
+    choice = runtime.Choice("implicit_mma", params, "exact", "test")
+    launch = CONV.launch("implicit_mma", params, p)
+    launcher = runtime.Launcher("conv2d", p, choice, FakeFn("k", log), launch, "k", new_scratch)
+    stream = ["first"]
+    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    launcher("x", "w", "y")
+    launcher("x", "w", "y")
+    stream[0] = "second"
+    launcher("x", "w", "y")
+    assert [e[3][14:] for e in log] == [made[0], made[0], made[1]] and len(made) == 2
+    assert all(e[1] == (25, 4, 2) and e[3][:3] == ("x", "w", "y") for e in log)
+
+
+def test_export_records_split_k_grid_and_scratch(tmp_path):
+    import re
+    import shutil
+
+    from autotune.export import export
+    from autotune.store import merge
+    from autotune.templates import template_hash
+
+    tuned = tmp_path / "tuned" / "nvidia-h200-sm90"
+    split = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)
+    unsplit = {k: v for k, v in split.items() if k != "SPLIT_K"}  # as stored before SPLIT_K existed
+    entries = {"n32c512h7w7k512r3s3u1p1": split, "n32c256h14w14k256r3s3u1p1": unsplit}
+    for label, params in entries.items():
+        merge(tuned / "conv2d.json", {"kernel": "conv2d"}, f"float16/NHWC/{label}",
+              {"template": "implicit_mma", "params": params, "verified": True, "median_ms": 0.04,
+               "template_hash": template_hash("conv2d", "implicit_mma")})  # fmt: skip
+    paths = export(tmp_path / "tuned", tmp_path / "out")
+    header = paths[0].read_text()
+    p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    floats, counters = CONV.scratch("implicit_mma", split, p)
+    row = next(line for line in header.splitlines() if "n32c512h7w7k512r3s3u1p1" in line)
+    assert re.search(r"25u, 4u, 3u, 256u, \d+u, " + f"{floats}ull, {counters}ull", row), row
+    row = next(line for line in header.splitlines() if "n32c256h14w14k256r3s3u1p1" in line)
+    assert re.search(r"98u, 2u, 1u, 256u, \d+u, 0ull, 0ull", row), row
+    assert "(float* partial, unsigned* counters) after Q" in header
+    src = next(q for q in paths[1:] if q.stem.endswith("_split_k3"))
+    assert "NOTE" not in src.read_text().splitlines()[0]
+    assert compile_source(src.read_text(), src.stem, "sm_90").ok
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        subprocess.run([cc, "-fsyntax-only", "-x", "c", str(paths[0])], check=True)
