@@ -288,8 +288,8 @@ class ConvFamily:
 
     def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
         """direct: grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot;
-        implicit GEMM: grid (blocks of output pixels, blocks of output channels); winograd: (blocks of
-        output 2x2 tiles, blocks of output channels)."""
+        implicit GEMM: grid (blocks of output pixels, blocks of output channels; implicit_mma: SPLIT_K slices
+        of the reduction in z); winograd: (blocks of output 2x2 tiles, blocks of output channels)."""
         template = self.resolve(template, params)
         if template == "im2col_gemm":  # two launches: the im2col step is named after the candidate's kernel
             return conv_im2col.launch(params, problem, self.kernel_name(template, params, problem))
