@@ -450,7 +450,7 @@ SPLIT_EMULATED = [
     (dict(SMALL, SPLIT_K=2), [2, 8, 7, 9, 12, 3, 3, 1, 1]),  # 3 tiles: slices of 1 and 2; K = 12: scalar stores
     (dict(SMALL, SPLIT_K=3), [1, 16, 5, 7, 24, 3, 3, 1, 1]),  # 5 tiles: 1, 2, 2; K = 24: 16-byte stores
     (dict(SMALL, SPLIT_K=5), [1, 8, 5, 7, 13, 3, 3, 2, 1]),  # 3 tiles in 5 slices: two are empty; stride 2
-    (dict(SMALL, BK=16, STAGES=4, SPLIT_K=5), [1, 24, 5, 3, 40, 3, 3, 1, 1]),  # 14 tiles: 2, 3, 3, 3, 3
+    (dict(SMALL, BK=16, STAGES=4, SPLIT_K=5), [2, 24, 9, 5, 40, 3, 3, 1, 1]),  # 14 tiles: 2, 3, 3, 3, 3; 2 x 2 blocks
 ]
 
 
