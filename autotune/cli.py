@@ -450,7 +450,7 @@ def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[s
         "tflops": b.tflops,
         "gbps": b.gbps,
         "registers": b.registers,
-        "extra_bytes": b.extra_bytes,  # im2col_gemm's unrolled matrix, mma's packed operands (0: none)
+        "extra_bytes": b.extra_bytes,  # unrolled matrix, packed operands, split partials (0: none)
         "energy_j": b.energy_j,
         "gflops_per_j": b.gflops_per_j,
         "energy_method": b.energy_method,

@@ -94,7 +94,7 @@ class TrialResult:
     gflops_per_j: float | None = None
     energy_method: str | None = None  # "nvml-counter" or "nvml-power-sampling"
     energy_note: str | None = None  # why energy was asked for but not measured
-    extra_bytes: int | None = None  # device memory besides the operands (im2col's matrix, mma's packed copies)
+    extra_bytes: int | None = None  # memory besides the operands (unrolled matrix, packed copies, split partials)
 
     @property
     def ok(self) -> bool:

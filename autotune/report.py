@@ -113,7 +113,7 @@ def final_table(outcomes: Sequence[Any], stored: dict[str, str]) -> str:
     df = pd.DataFrame(rows)
     if not any(o.best is not None and o.best.energy_j is not None for o in outcomes):
         df = df.drop(columns=["J/launch", "GFLOP/J", "front"])
-    if not any(o.best is not None and o.best.extra_bytes for o in outcomes):  # im2col_gemm, packed mma
+    if not any(o.best is not None and o.best.extra_bytes for o in outcomes):  # im2col, packed mma, split partials
         df = df.drop(columns=["extra MB"])
     return df.to_string(index=False)
 

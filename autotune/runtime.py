@@ -7,9 +7,10 @@ The lookup chain, each step logged at debug level:
 3. same architecture: the same steps on another GPU of the same ``sm_XX``;
 4. default: the family's default configuration, which the GPU test tier verifies on odd shapes.
 
-Entries tuned with a different template (hash) than the one installed are skipped: a configuration is
-served only with the source it was verified with. Compiled cubins are cached on disk, keyed by the
-rendered source, the compile options, the architecture and the NVRTC version, and in process.
+Entries whose source the installed template no longer renders are skipped: a configuration is served only
+with the source it was verified with (the same template file, or the same rendered source hash). Compiled
+cubins are cached on disk, keyed by the rendered source, the compile options, the architecture and the NVRTC
+version, and in process.
 
 >>> import cupy as cp, autotune                                    # doctest: +SKIP
 >>> c = autotune.gemm(cp.ones((300, 500), cp.float32), cp.ones((500, 70), cp.float32))  # doctest: +SKIP

@@ -86,7 +86,7 @@ def test_both_launches_and_the_extra_memory():
 def test_gemm_args_and_step_args():
     p = prob("n2c8h9w7k24r3s3u2p1")
     col, partial, counters = object(), object(), object()
-    args = CONV.kernel_args(p, ("x", "w"), "y", scratch=conv_im2col.Scratch((col, partial, counters)))
+    args = CONV.kernel_args(p, ("x", "w"), "y", scratch=conv_im2col.Im2colScratch((col, partial, counters)))
     assert args[:3] == (col, "w", "y") and [int(v) for v in args[3:6]] == [40, 24, 72]
     assert (float(args[6]), float(args[7])) == (1.0, 0.0) and args[8:] == (partial, counters)
     (step,) = CONV.before_args("im2col_gemm", P, p, ("x", "w"), (col, partial, counters))
@@ -216,7 +216,8 @@ def test_measure_launches_the_im2col_step_then_the_gemm(monkeypatch):
     monkeypatch.setattr(evaluate, "load_kernel", lambda r, smem, name=None: FakeFn(name or r.kernel_name, log))
     col, partial, counters = object(), object(), object()
     monkeypatch.setattr(CONV, "new_output", lambda problem: "y")
-    monkeypatch.setattr(CONV, "new_scratch", lambda t, params, problem: conv_im2col.Scratch((col, partial, counters)))
+    scratch = conv_im2col.Im2colScratch((col, partial, counters))
+    monkeypatch.setattr(CONV, "new_scratch", lambda t, params, problem: scratch)
     monkeypatch.setattr(evaluate.verify, "poison", lambda out: None)
     fixture = Fixture("conv2d", p, ("x", "w"), None)
     evaluate.measure(c, SETTINGS, flush=object(), fixture=fixture)  # no GPU: ends at the synchronize
@@ -234,7 +235,7 @@ def test_staged_launcher_runs_the_steps_first_per_stream_scratch(monkeypatch):
     log, made = [], []
 
     def new_scratch():
-        made.append(conv_im2col.Scratch((object(), object(), object())))
+        made.append(conv_im2col.Im2colScratch((object(), object(), object())))
         return made[-1]
 
     steps = tuple((FakeFn(s.kernel_name, log), s) for s in launch.before)

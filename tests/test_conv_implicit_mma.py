@@ -6,6 +6,8 @@ mma.sync, ldmatrix and cp.async (tests/host_cuda.py MMA_PTX)."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 
 from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.evaluate import Candidate, Fixture, Settings, render_candidate, static_check
 from autotune.kernels import FAMILIES
 from autotune.kernels import conv_implicit_mma as im
 from autotune.space import Config
@@ -22,6 +24,7 @@ from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, gxx
 from tests.test_conv import reference
 
+evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -239,3 +242,325 @@ def test_the_fp16_conv_spec_offers_implicit_mma_with_start_points_that_compile()
         assert r.ok and r.spills == 0, (config, r.error, r.spills)
     feasible = [c for c in spec.space.enumerate() if c.as_dict()["TEMPLATE"] == "implicit_mma"]
     assert feasible and all(CONV.check("auto", c.as_dict()) is None for c in feasible)
+
+
+# --- split-K: grid.z slices of the reduction, fixed up by the last block of each tile ---------------------
+
+SPLIT = dict(SMALL, SPLIT_K=3)
+
+
+def test_split_k_is_optional_and_one_names_and_renders_the_kernel_as_before():
+    assert CONV.templates["implicit_mma"].optional == ("SPLIT_K",)
+    assert CONV.check("auto", {"TEMPLATE": "implicit_mma", **P}) is None  # stored configurations lack it
+    q = CONV.problem("n2c16h13w11k130r3s3u1p1", "float16", "NHWC")
+    for params in (dict(P, SPLIT_K=1), P):
+        assert (
+            CONV.kernel_name("implicit_mma", params, q)
+            == "conv2d_implicit_mma_f16_nhwc_bm128_bn128_bk32_wm64_wn32_stages3"
+        )
+        assert CONV.launch("implicit_mma", params, q).grid[2] == 1 and CONV.scratch("implicit_mma", params, q) is None
+    assert (
+        render("conv2d", "implicit_mma", dict(P, SPLIT_K=1), q).source == render("conv2d", "implicit_mma", P, q).source
+    )
+    split = render("conv2d", "implicit_mma", dict(P, SPLIT_K=4), q)
+    assert split.kernel_name.endswith("_stages3_split_k4") and "partial" in split.source
+    assert "partial" not in render("conv2d", "implicit_mma", P, q).source and "counters" not in render(
+        "conv2d", "implicit_mma", P, q).source  # fmt: skip
+
+
+def test_split_k_render_matches_the_stored_winners_source_hash():
+    """tuned/ entries were verified with a source; SPLIT_K (absent there, or 1) must render exactly that source,
+    under the kernel name they were stored with, so the runtime still serves them exactly."""
+    from autotune.runtime import choose
+    from autotune.templates import installed_renders
+
+    tuned = ROOT / "tuned"
+    checked = 0
+    for path in sorted(tuned.glob("*/conv2d.json")):
+        for key, e in json.loads(path.read_text())["entries"].items():
+            if e["template"] != "implicit_mma":
+                continue
+            dtype, layout, label = key.split("/")
+            problem = CONV.problem(label, dtype, layout)
+            for params in (e["params"], {**e["params"], "SPLIT_K": 1}):
+                r = render("conv2d", "implicit_mma", params, problem)
+                assert (r.source_hash, r.kernel_name) == (e["source_hash"], e["kernel_name"]), key
+            assert installed_renders("conv2d", e, problem)
+            choice = choose("conv2d", problem, path.parent.name, "sm_90", tuned, layout)
+            assert choice.step == "exact" and choice.params == e["params"], key
+            checked += 1
+    assert checked >= 5, "no stored implicit_mma winners to compare"
+
+
+def test_an_entry_whose_source_the_template_no_longer_renders_is_not_served(tmp_path):
+    from autotune.runtime import choose
+    from autotune.store import merge
+
+    problem = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    r = render("conv2d", "implicit_mma", P, problem)
+    key = f"float16/NHWC/{problem.label}"
+    entry = {"template": "implicit_mma", "params": P, "verified": True, "median_ms": 0.04, "kernel_name": r.kernel_name,
+             "template_hash": "an-older-file", "source_hash": r.source_hash}  # fmt: skip
+    merge(tmp_path / "gpu-sm90" / "conv2d.json", {"kernel": "conv2d"}, key, entry)
+    assert choose("conv2d", problem, "gpu-sm90", "sm_90", tmp_path, "NHWC").step == "exact"  # same source
+    merge(tmp_path / "gpu-sm90" / "conv2d.json", {"kernel": "conv2d"}, key, {**entry, "source_hash": "0ther"},
+          force=True)  # fmt: skip
+    assert choose("conv2d", problem, "gpu-sm90", "sm_90", tmp_path, "NHWC").step == "default"
+
+
+def test_split_k_checks_geometry_scratch_and_kernel_args():
+    p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")  # M = 1568, K = 512, C*R*S = 4608
+    params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)
+    launch = CONV.launch("implicit_mma", params, p)
+    assert launch.grid == (25, 4, 3) and launch.block == (256, 1, 1)
+    assert CONV.scratch("implicit_mma", params, p) == (3 * 1568 * 512, 25 * 4)
+    assert CONV.extra_bytes("implicit_mma", params, p) == 4 * (3 * 1568 * 512 + 100)
+    assert CONV.extra_bytes("implicit_mma", dict(params, SPLIT_K=1), p) == 0
+    for bad in (0, 65, True):
+        assert CONV.check("implicit_mma", dict(params, SPLIT_K=bad)) == f"SPLIT_K must be 1 to {im.MAX_SPLIT_K}"
+    huge = CONV.problem("n256c64h112w112k256r3s3u1p1", "float16", "NHWC")  # 8 x 3.2M x 256 floats
+    reason = CONV.check_problem("implicit_mma", dict(params, SPLIT_K=8), huge)
+    assert reason is not None and "more than 512 MiB; use a smaller SPLIT_K" in reason
+    assert CONV.check_problem("implicit_mma", dict(params, SPLIT_K=1), huge) is None
+    # the conv arguments, then (partial, counters); without scratch the kernel takes the conv arguments only
+    partial, counters = object(), object()
+    args = CONV.kernel_args(p, ("x", "w"), "y", scratch=(partial, counters))
+    assert args[:3] == ("x", "w", "y") and [int(v) for v in args[3:14]] == [*p.dims, p.P, p.Q]
+    assert args[14:] == (partial, counters)
+    assert len(CONV.kernel_args(p, ("x", "w"), "y")) == 14
+    assert CONV.before_args("implicit_mma", params, p, ("x", "w"), (partial, counters)) == ()
+
+
+def test_split_k_static_assert_mirrors_the_check():
+    params = dict(SMALL, SPLIT_K=im.MAX_SPLIT_K + 1)
+    r = render("conv2d", "implicit_mma", params, CONV.problem("n1c8h7w5k5r3s3u1p1", "float16", "NHWC"))
+    result = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not result.ok and f"SPLIT_K must be 1 to {im.MAX_SPLIT_K}" in result.log
+
+
+@pytest.mark.parametrize("label", ["128x128x32s3_w64x32", "64x128x32s4", "32x32x16s2", "128x128x32s3_w64x64"])
+def test_split_k_compiles_for_sm90_without_spills(label):
+    problem = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    params = dict(GOOD[label], SPLIT_K=4)
+    c = render_candidate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), SETTINGS)
+    assert c.status is None, c.reason
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, r.error
+    assert r.spills == 0 and r.stack_bytes == 0, f"spills {r.spills} bytes ({r.registers} registers)"
+    assert r.registers <= MAX_REGISTERS.get(label, 232), f"{r.registers} registers: no margin left"
+    assert "float* __restrict__ partial" in c.source and "atomicAdd(counters" in c.source
+
+
+EMU_SPLIT_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes reps
+// Runs the launch `reps` times on the same partials and counters, the blocks of each launch in another
+// shuffled order (so any slice may be the last to arrive); y<rep>.bin is each launch's output.
+#include <numeric>
+#include <random>
+static std::vector<char> slurp(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
+  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
+}
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);
+  gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), (unsigned)atoi(argv[15])};
+  int threads = atoi(argv[16]); size_t smem_bytes = atol(argv[17]); int reps = atoi(argv[18]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
+  const size_t outputs = (size_t)a[0] * a[9] * a[10] * a[4];
+  std::vector<T> y(outputs);
+  std::vector<float> partial(gridDim.z * outputs, NAN);  // a partial never written would poison y
+  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
+  g_smem_size = smem_bytes;
+  g_smem = (float*)g_smem_base;
+  std::vector<unsigned> order(gridDim.x * gridDim.y * gridDim.z);
+  std::iota(order.begin(), order.end(), 0u);
+  std::mt19937 rng(12345);
+  for (int rep = 0; rep < reps; ++rep) {
+    std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN: unwritten outputs fail
+    std::shuffle(order.begin(), order.end(), rng);
+    for (unsigned b : order) {
+      blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
+      std::barrier<> bar(threads);
+      g_bar = &bar;
+      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+      for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
+      std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in fp16 and fp32: stale reads show
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx = {(unsigned)t, 0, 0};
+          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], partial.data(), counters.data());
+          if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
+        });
+      for (auto& th : ts) th.join();
+    }
+    for (unsigned v : counters) if (v) { fprintf(stderr, "launch %d left a counter at %u\n", rep, v); return 4; }
+    FILE* f = fopen((dir + "/y" + std::to_string(rep) + ".bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
+  }
+  return 0;
+}
+"""
+
+
+def emulate_split(tmp_path, params, problem, reps=2):
+    """Each of ``reps`` launches' output as float64 NCHW (same partials and counters, blocks shuffled), and the
+    float64 reference."""
+    compiler = gxx()
+    if compiler is None:
+        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+    assert CONV.check("implicit_mma", params) is None and CONV.check_problem("implicit_mma", params, problem) is None
+    r = render("conv2d", "implicit_mma", params, problem)
+    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
+    src = src.replace(
+        "extern __shared__ __align__(128) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem_base;"
+    )
+    (tmp_path / "k.cpp").write_text(
+        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_SPLIT_MAIN}"
+    )
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+
+    p = problem
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(np.float16)
+    w = rng.standard_normal((p.K, p.C, p.R, p.S)).astype(np.float16)
+    x.transpose(0, 2, 3, 1).tofile(tmp_path / "x.bin")
+    w.transpose(0, 2, 3, 1).tofile(tmp_path / "w.bin")
+    launch = CONV.launch("implicit_mma", params, p)
+    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes, reps]
+    run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    ys = [np.fromfile(tmp_path / f"y{i}.bin", dtype=np.float16) for i in range(reps)]
+    ys = [y.astype(np.float64).reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2) for y in ys]
+    return ys, reference(x.astype(np.float64), w.astype(np.float64), p)
+
+
+def _slices(params, problem):
+    """Tiles of each split-K slice, as the kernel spreads them."""
+    tiles = -(-problem.C * problem.R * problem.S // params["BK"])
+    sk = params["SPLIT_K"]
+    return [(z + 1) * tiles // sk - z * tiles // sk for z in range(sk)]
+
+
+SPLIT_EMULATED = [
+    # params, shape [N, C, H, W, K, R, S, stride, pad]; C*R*S is never a multiple of SPLIT_K * BK
+    (dict(SMALL, SPLIT_K=2), [2, 8, 7, 9, 12, 3, 3, 1, 1]),  # 3 tiles: slices of 1 and 2; K = 12: scalar stores
+    (dict(SMALL, SPLIT_K=3), [1, 16, 5, 7, 24, 3, 3, 1, 1]),  # 5 tiles: 1, 2, 2; K = 24: 16-byte stores
+    (dict(SMALL, SPLIT_K=5), [1, 8, 5, 7, 13, 3, 3, 2, 1]),  # 3 tiles in 5 slices: two are empty; stride 2
+    (dict(SMALL, BK=16, STAGES=4, SPLIT_K=5), [2, 24, 9, 5, 40, 3, 3, 1, 1]),  # 14 tiles: 2, 3, 3, 3, 3; 2 x 2 blocks
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "shape"), SPLIT_EMULATED, ids=lambda v: "x".join(map(str, v)) if isinstance(v, list) else None
+)
+def test_emulated_split_k_matches_float64_and_relaunches(tmp_path, params, shape):
+    problem = CONV.problem(shape, "float16", "NHWC")
+    slices = _slices(params, problem)
+    assert sum(slices) * params["BK"] >= problem.C * problem.R * problem.S and len(slices) == params["SPLIT_K"]
+    ys, ref = emulate_split(tmp_path, params, problem)
+    for i, y in enumerate(ys):
+        assert np.isfinite(y).all(), f"launch {i}: {(~np.isfinite(y)).sum()} outputs unwritten"
+        err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+        assert err < 2e-3, f"launch {i}: relative error {err:.2e}"
+    # the slices are summed in z order whichever block arrives last: the launches agree bit for bit
+    np.testing.assert_array_equal(ys[0], ys[1])
+
+
+def test_the_split_k_cases_cover_empty_slices():
+    slices = [_slices(p, CONV.problem(s, "float16", "NHWC")) for p, s in SPLIT_EMULATED]
+    assert slices[2] == [0, 1, 0, 1, 1] and slices[0] == [1, 2]
+
+
+# --- split-K through the framework: measure, the runtime launcher and export (fake kernels, no GPU) --------
+
+
+class FakeFn:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.log.append((self.name, grid, block, args, shared_mem))
+
+
+def test_measure_launches_split_k_with_its_scratch_after_the_conv_args(monkeypatch):
+    p = CONV.problem("n2c16h9w7k24r3s3u1p1", "float16", "NHWC")
+    params = dict(SMALL, SPLIT_K=3)
+    c = render_candidate(Candidate("conv2d", "implicit_mma", p, Config.of(params)), SETTINGS)
+    c = evaluate.replace(c, compiled=evaluate.CompileResult(c.kernel_name, b"cubin", "", 0.0))
+    log, asked = [], []
+    monkeypatch.setattr(evaluate, "load_kernel", lambda r, smem, name=None: FakeFn(name or r.kernel_name, log))
+
+    def new_scratch(template, params, problem):
+        asked.append(CONV.scratch(template, params, problem))
+        return ("partial", "counters")
+
+    monkeypatch.setattr(CONV, "new_scratch", new_scratch)
+    monkeypatch.setattr(CONV, "new_output", lambda problem: "y")
+    monkeypatch.setattr(evaluate.verify, "poison", lambda out: None)
+    evaluate.measure(c, SETTINGS, flush=object(), fixture=Fixture("conv2d", p, ("x", "w"), None))  # no GPU: ends there
+    launch = CONV.launch("implicit_mma", params, p)
+    assert asked == [(3 * p.N * p.P * p.Q * p.K, launch.grid[0] * launch.grid[1])]
+    ((name, grid, block, args, shared),) = log
+    assert name == c.kernel_name and grid == launch.grid and grid[2] == 3 and shared == launch.shared_bytes
+    assert args[:3] == ("x", "w", "y") and len(args) == 16 and args[14:] == ("partial", "counters")
+
+
+def test_runtime_launcher_keeps_split_k_scratch_per_stream(monkeypatch):
+    from autotune import runtime
+
+    p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=2)
+    made, log = [], []
+
+    def new_scratch():
+        made.append((object(), object()))
+        return made[-1]
+
+    choice = runtime.Choice("implicit_mma", params, "exact", "test")
+    launch = CONV.launch("implicit_mma", params, p)
+    launcher = runtime.Launcher("conv2d", p, choice, FakeFn("k", log), launch, "k", new_scratch)
+    stream = ["first"]
+    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    launcher("x", "w", "y")
+    launcher("x", "w", "y")
+    stream[0] = "second"
+    launcher("x", "w", "y")
+    assert [e[3][14:] for e in log] == [made[0], made[0], made[1]] and len(made) == 2
+    assert all(e[1] == (25, 4, 2) and e[3][:3] == ("x", "w", "y") for e in log)
+
+
+def test_export_records_split_k_grid_and_scratch(tmp_path):
+    import re
+    import shutil
+
+    from autotune.export import export
+    from autotune.store import merge
+    from autotune.templates import template_hash
+
+    tuned = tmp_path / "tuned" / "nvidia-h200-sm90"
+    split = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)
+    unsplit = {k: v for k, v in split.items() if k != "SPLIT_K"}  # as stored before SPLIT_K existed
+    entries = {"n32c512h7w7k512r3s3u1p1": split, "n32c256h14w14k256r3s3u1p1": unsplit}
+    for label, params in entries.items():
+        merge(tuned / "conv2d.json", {"kernel": "conv2d"}, f"float16/NHWC/{label}",
+              {"template": "implicit_mma", "params": params, "verified": True, "median_ms": 0.04,
+               "template_hash": template_hash("conv2d", "implicit_mma")})  # fmt: skip
+    paths = export(tmp_path / "tuned", tmp_path / "out")
+    header = paths[0].read_text()
+    p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
+    floats, counters = CONV.scratch("implicit_mma", split, p)
+    row = next(line for line in header.splitlines() if "n32c512h7w7k512r3s3u1p1" in line)
+    assert re.search(r"25u, 4u, 3u, 256u, \d+u, " + f"{floats}ull, {counters}ull", row), row
+    row = next(line for line in header.splitlines() if "n32c256h14w14k256r3s3u1p1" in line)
+    assert re.search(r"98u, 2u, 1u, 256u, \d+u, 0ull, 0ull", row), row
+    assert "(float* partial, unsigned* counters) after Q" in header
+    src = next(q for q in paths[1:] if q.stem.endswith("_split_k3"))
+    assert "NOTE" not in src.read_text().splitlines()[0]
+    assert compile_source(src.read_text(), src.stem, "sm_90").ok
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        subprocess.run([cc, "-fsyntax-only", "-x", "c", str(paths[0])], check=True)

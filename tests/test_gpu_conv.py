@@ -1,7 +1,7 @@
 """GPU tier for conv2d: the direct, winograd and implicit-GEMM templates verified against the float64 CuPy
 reference on fresh random inputs in both layouts and dtypes (odd shapes, 1x1, 7x7 stride 2; implicit_mma in
-fp16 NHWC only), the reference itself against cuDNN,
-and a short real run that stores a verified winner."""
+fp16 NHWC only, and with SPLIT_K > 1: odd shapes, empty slices, relaunches on the same scratch, the runtime),
+the reference itself against cuDNN, and a short real run that stores a verified winner."""
 
 from __future__ import annotations
 
@@ -381,3 +381,96 @@ def test_48_kb_of_dynamic_plus_static_shared_memory_launches_when_nvrtc_answers_
     for _ in range(2):
         r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), settings)
         assert r.status is Status.COMPLETE, r.reason
+
+
+SPLIT_SHAPES = [  # NHWC fp16, C % 8 == 0
+    [1, 8, 7, 9, 12, 3, 3, 1, 1],  # K = 12: scalar partial stores and sums; 72-long reduction in uneven slices
+    [2, 24, 13, 11, 40, 3, 3, 2, 1],  # stride 2, odd H and W
+    [1, 16, 5, 7, 13, 3, 3, 1, 1],  # 144-long reduction: empty slices at SPLIT_K 5 and 8
+    [3, 56, 9, 11, 72, 5, 5, 1, 2],
+    [32, 512, 7, 7, 512, 3, 3, 1, 1],  # the layer split-K is for: 1568 x 512 outputs, reduction 4608
+    [1, 256, 14, 14, 256, 3, 3, 1, 1],  # batch 1
+]
+SPLIT_CONFIGS = [
+    dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=2),
+    dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=4, SPLIT_K=3),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=3, SPLIT_K=8),
+    dict(BM=32, BN=64, BK=64, WM=16, WN=32, STAGES=5, SPLIT_K=5),
+]
+
+
+@pytest.mark.parametrize("params", SPLIT_CONFIGS, ids=lambda p: "bm{BM}bn{BN}s{STAGES}k{SPLIT_K}".format(**p))
+def test_implicit_mma_split_k_is_correct_on_fresh_odd_shapes(settings, params):
+    s = replace(settings, tolerance=tolerance_for("float16"))
+    failures = []
+    for shape in SPLIT_SHAPES:
+        problem = CONV.problem(shape, "float16", "NHWC")
+        r = evaluate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), s)
+        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+        elif r.extra_bytes != 4 * sum(CONV.scratch("implicit_mma", params, problem)):
+            failures.append(f"{problem.label}: extra memory {r.extra_bytes} is not the partials and counters")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("shape", [[32, 512, 7, 7, 512, 3, 3, 1, 1], [1, 16, 5, 7, 13, 3, 3, 1, 1]], ids=str)
+def test_split_k_relaunches_on_the_same_scratch_correctly_and_deterministically(settings, shape):
+    """The counters are back at zero after every launch: new inputs on the same partials and counters give the
+    right answer, and the same inputs give the same bits (slices summed in z order, whichever block is last)."""
+    import cupy as cp
+
+    from autotune.evaluate import load_kernel, prepare
+
+    problem = CONV.problem(shape, "float16", "NHWC")
+    params = dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=4, SPLIT_K=8)
+    c = prepare(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), settings)
+    assert c.status is None, c.reason
+    launch = CONV.launch("implicit_mma", params, problem)
+    fn = load_kernel(c.compiled, launch.shared_bytes)
+    scratch = CONV.new_scratch("implicit_mma", params, problem)
+    counters = scratch[1]
+    tol = tolerance_for("float16")
+    first = None
+    for seed in (1, 2, 3, 1):
+        inputs = CONV.make_inputs(problem, seed=seed)
+        out = CONV.new_output(problem)
+        out.fill(cp.nan)
+        fn(launch.grid, launch.block, CONV.kernel_args(problem, inputs, out, scratch=scratch),
+           shared_mem=launch.shared_bytes)  # fmt: skip
+        cp.cuda.Device().synchronize()
+        assert int(cp.count_nonzero(counters)) == 0, f"seed {seed}: counters left non-zero"
+        ref = CONV.reference(problem, inputs)
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        assert err < tol, (seed, err)
+        if seed == 1 and first is None:
+            first = out.copy()
+        elif seed == 1:
+            assert bool(cp.array_equal(out.view(cp.uint16), first.view(cp.uint16))), "not deterministic"
+
+
+def test_runtime_serves_a_split_k_entry_on_every_call(tmp_path, monkeypatch):
+    """A tuned split-K entry through autotune.conv2d: its per-stream scratch is made once and reused, and every
+    call (fresh inputs each time) is right."""
+    import cupy as cp
+
+    import autotune
+    from autotune.device import current_gpu
+    from autotune.store import merge
+    from autotune.templates import template_hash
+
+    params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)
+    problem = CONV.problem([32, 512, 7, 7, 512, 3, 3, 1, 1], "float16", "NHWC")
+    merge(tmp_path / "tuned" / current_gpu().key / "conv2d.json", {"kernel": "conv2d"}, f"float16/NHWC/{problem.label}",
+          {"template": "implicit_mma", "params": params, "verified": True, "median_ms": 0.03,
+           "template_hash": template_hash("conv2d", "implicit_mma")})  # fmt: skip
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AUTOTUNE_TUNED_DIR", str(tmp_path / "tuned"))
+    launcher = autotune.load("conv2d", dtype="float16", layout="NHWC", N=32, C=512, H=7, W=7, K=512, R=3, S=3,
+                             stride=1, pad=1)  # fmt: skip
+    assert launcher.provenance["step"] == "exact" and launcher.config == params
+    for seed in (5, 6, 7):
+        x, w = CONV.make_inputs(problem, seed=seed)
+        out = autotune.conv2d(x, w, stride=1, padding=1, layout="NHWC")
+        ref = CONV.reference(problem, (x, w))
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        assert err < tolerance_for("float16"), (seed, err)

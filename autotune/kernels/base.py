@@ -21,9 +21,17 @@ class TemplateInfo:
     # parameter -> "int>=1" | "int>=0" | "bool" | "str" | "choice:a,b,c"; unlisted: "int>=1"
     kinds: tuple[tuple[str, str], ...] = ()
     layouts: tuple[str, ...] = ()  # the operand layouts it computes; empty: every layout of the family
+    # optional parameters with the value they take when absent (e.g. SPLIT_K 1): a configuration at a default is
+    # named as if the parameter did not exist, so entries stored before it was added keep their kernel names
+    defaults: tuple[tuple[str, Any], ...] = ()
 
     def kind(self, param: str) -> str:
         return dict(self.kinds).get(param, "int>=1")
+
+    def named_params(self, params: Params) -> tuple[str, ...]:
+        """The parameters a kernel name lists: every one, less those absent or at their default."""
+        defaults = dict(self.defaults)
+        return tuple(k for k in self.params if k not in defaults or params.get(k, defaults[k]) != defaults[k])
 
 
 def auto_info(
@@ -55,7 +63,7 @@ def check_auto(templates: Mapping[str, TemplateInfo], params: Params) -> str | N
         allowed = kind.removeprefix("choice:").split(",")
     if chosen not in allowed or chosen not in templates:
         return f"TEMPLATE must name a template ({', '.join(allowed)})"
-    missing = [n for n in templates[chosen].params if n not in params]
+    missing = [n for n in templates[chosen].params if n not in params and n not in dict(templates[chosen].defaults)]
     if missing:
         return f"TEMPLATE={chosen} needs {', '.join(missing)} (check the 'when' conditions)"
     return None

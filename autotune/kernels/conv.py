@@ -132,9 +132,10 @@ class ConvFamily:
                 m.PARAMS,
                 m.DTYPES,
                 m.DESCRIPTION,
-                optional=tuple(getattr(m, "DEFAULTS", ())),
                 kinds=m.KINDS,
                 layouts=m.LAYOUTS,
+                optional=tuple(k for k, _ in getattr(m, "DEFAULTS", ())),
+                defaults=getattr(m, "DEFAULTS", ()),
             )
             for n, m in MODULES.items()
         },
@@ -274,9 +275,8 @@ class ConvFamily:
 
     def kernel_name(self, template: str, params: Params, problem: ConvProblem | None = None) -> str:
         template = self.resolve(template, params)
-        defaults = getattr(MODULES.get(template), "DEFAULTS", {})  # left out at their default: names of old
-        parts = [f"{k.lower()}{params[k]}" for k in self.templates[template].params  # entries do not change
-                 if k not in defaults or params.get(k, defaults[k]) != defaults[k]]  # fmt: skip
+        info = self.templates[template]
+        parts = [f"{k.lower()}{params[k]}" for k in info.named_params(params)]
         tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None else []
         if problem is not None and template in MODULES:  # the alignment variant changes the source
             a = MODULES[template].alignment(problem)
@@ -288,8 +288,8 @@ class ConvFamily:
 
     def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
         """direct: grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot;
-        implicit GEMM: grid (blocks of output pixels, blocks of output channels); winograd: (blocks of
-        output 2x2 tiles, blocks of output channels)."""
+        implicit GEMM: grid (blocks of output pixels, blocks of output channels; implicit_mma: SPLIT_K slices
+        of the reduction in z); winograd: (blocks of output 2x2 tiles, blocks of output channels)."""
         template = self.resolve(template, params)
         if template == "im2col_gemm":  # two launches: the im2col step is named after the candidate's kernel
             return conv_im2col.launch(params, problem, self.kernel_name(template, params, problem))
@@ -301,20 +301,20 @@ class ConvFamily:
         return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
     def scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[int, int] | None:
-        """im2col_gemm: (elements of the unrolled matrix, 0); a split reduction (winograd's SPLIT_C > 1):
-        (partial-sum floats, tile counters); None for a template that takes no scratch."""
-        template = self.resolve(template, params)
-        module = MODULES.get(template)
-        return module.scratch(params, problem) if hasattr(module, "scratch") else None
+        """The scratch a launch takes, from the template module's ``scratch`` when it has one: im2col_gemm's
+        (elements of the unrolled matrix, 0), split-K implicit_mma's (floats of the partial tiles, counters);
+        None when the kernel takes no scratch."""
+        scratch = getattr(MODULES.get(self.resolve(template, params)), "scratch", None)
+        return scratch(params, problem) if scratch is not None else None
 
     def extra_bytes(self, template: str, params: Params, problem: ConvProblem) -> int:
-        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix, a split
-        reduction's partial sums and counters, else 0."""
+        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix, split-K partial
+        tiles and counters, else 0."""
         template = self.resolve(template, params)
         if template == "im2col_gemm":
             return conv_im2col.extra_bytes(problem)
         need = self.scratch(template, params, problem)
-        return 4 * sum(need) if need else 0
+        return 4 * (need[0] + need[1]) if need is not None else 0
 
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
@@ -362,15 +362,15 @@ class ConvFamily:
         return cp.empty(self.shapes(problem)[2], dtype=problem.storage)
 
     def new_scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[Any, ...]:
-        """im2col_gemm: its ``conv_im2col.Scratch`` (the unrolled matrix, the GEMM's scratch); a split
-        reduction: zeroed (float32 partial sums, uint32 tile counters); () for every other template."""
-        import cupy as cp
-
+        """im2col_gemm: an ``Im2colScratch`` (the unrolled matrix, the GEMM's scratch); a template with split-K
+        scratch: zeroed (float32 partials, uint32 counters); () for a kernel that takes none."""
         if self.resolve(template, params) == "im2col_gemm":
             return conv_im2col.new_scratch(params, problem)
         need = self.scratch(template, params, problem)
         if need is None:
             return ()
+        import cupy as cp
+
         floats, counters = need
         return cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
 
@@ -389,21 +389,21 @@ class ConvFamily:
         self, problem: ConvProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0,
         scratch: tuple[Any, ...] = (),
     ) -> tuple[Any, ...]:  # fmt: skip
-        """x, w, y and the nine shape integers plus P and Q, then the scratch buffers of a split reduction
-        (partial sums, counters). y is overwritten: alpha must be 1 and beta 0.
+        """x, w, y and the nine shape integers plus P and Q, then the scratch buffers (``new_scratch``) if any:
+        split-K implicit_mma's (partial, counters). y is overwritten: alpha must be 1 and beta 0.
 
-        With im2col_gemm's scratch (a ``conv_im2col.Scratch``: the unrolled matrix, then the GEMM's own
-        buffers), the GEMM's arguments instead: A = the unrolled matrix, B = w, C = y, M = N*P*Q, N = K,
-        K = R*S*C, alpha 1, beta 0."""
+        For im2col_gemm's scratch (an ``Im2colScratch``: the unrolled matrix, then the GEMM's own buffers), the
+        GEMM's arguments instead: A = the unrolled matrix, B = w, C = y, M = N*P*Q, N = K, K = R*S*C, alpha 1,
+        beta 0, then the GEMM's buffers."""
         import numpy as np
 
         if alpha != 1.0 or beta != 0.0:
             raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
         x, w = inputs
-        if isinstance(scratch, conv_im2col.Scratch):
+        if isinstance(scratch, conv_im2col.Im2colScratch):
             p = problem
             mnk = (np.int32(p.N * p.P * p.Q), np.int32(p.K), np.int32(p.R * p.S * p.C))
-            return (scratch[0], w, out, *mnk, np.float32(1.0), np.float32(0.0), *scratch[1:])
+            return (scratch.col, w, out, *mnk, np.float32(1.0), np.float32(0.0), *scratch.gemm)
         return (x, w, out, *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q)), *scratch)
 
     def vendor(self, problem: ConvProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]] | None:

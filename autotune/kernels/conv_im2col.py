@@ -145,14 +145,22 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     return p.N * p.P * p.Q * p.R * p.S * p.C, 0
 
 
-class Scratch(tuple):
-    """im2col_gemm's scratch buffers: (the unrolled matrix, *the GEMM's scratch). Its own type, so the conv
-    family passes the GEMM's arguments for it rather than the conv kernels' arguments."""
+class Im2colScratch(tuple):
+    """im2col_gemm's scratch: (the unrolled matrix, *the GEMM's scratch buffers). Its own type, so the conv
+    family's kernel_args knows to pass the GEMM's arguments rather than the convolution's."""
 
     __slots__ = ()
 
+    @property
+    def col(self) -> Any:
+        return self[0]
 
-def new_scratch(params: Params, problem: Any) -> Scratch:
+    @property
+    def gemm(self) -> tuple[Any, ...]:
+        return tuple(self[1:])
+
+
+def new_scratch(params: Params, problem: Any) -> Im2colScratch:
     """The unrolled matrix (uninitialised: the im2col step writes every element), then the GEMM's scratch."""
     import cupy as cp
 
@@ -160,4 +168,4 @@ def new_scratch(params: Params, problem: Any) -> Scratch:
 
     p = problem
     col = cp.empty((p.N * p.P * p.Q, p.R * p.S * p.C), dtype=p.dtype)
-    return Scratch((col, *GEMM.new_scratch(params["GEMM"], gemm_params(params), gemm_problem(problem))))
+    return Im2colScratch((col, *GEMM.new_scratch(params["GEMM"], gemm_params(params), gemm_problem(problem))))

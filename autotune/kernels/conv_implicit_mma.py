@@ -12,6 +12,11 @@ is 8 channels of one filter tap); any N, H, W, K, R, S, stride and padding other
     shared       A tile BM x BK (pixel rows, reduction contiguous), B tile BN x BK (the filter's rows):
                  both are ldmatrix "row"/"col" operands without .trans
     epilogue     per warp, 16 rows at a time through shared memory, 16-byte stores when K % 8 == 0
+    split-K      SPLIT_K > 1 (optional, default 1): grid.z slices of the reduction's BK tiles; each block stores
+                 its fp32 tile in the scratch ``partial``, the last block of a tile to arrive at its counter sums
+                 the slices in z order (deterministic) and writes y. The kernel then takes (partial, counters)
+                 after the shape integers: ``scratch`` gives their sizes, the counters start at zero and every
+                 launch leaves them zero. SPLIT_K = 1 renders, and names, the kernel as before split-K existed.
 
 Every check here is mirrored by a ``static_assert`` in the template.
 
@@ -30,8 +35,11 @@ from typing import Any
 from .base import Launch, Params
 from .conv_implicit import _check_problem, _launch
 
-PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES")
+PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "SPLIT_K")
 KINDS: tuple[tuple[str, str], ...] = ()
+# Parameters a configuration may lack, and the value they then take. A configuration at the default renders
+# and is named exactly as before the parameter existed, so stored winners keep their source and kernel name.
+DEFAULTS: tuple[tuple[str, int], ...] = (("SPLIT_K", 1),)
 DTYPES = ("float16",)
 LAYOUTS = ("NHWC",)
 DESCRIPTION = "implicit GEMM on tensor cores through mma.sync m16n8k16 + ldmatrix, swizzled cp.async pipeline"
@@ -46,6 +54,13 @@ MAX_SHARED = 227 * 1024
 MAX_COORD = 2**14  # input row and column coordinates share one register as signed 16-bit halves
 MAX_OFFSET = 2**31 - 1  # element offsets into x are ints
 BKS = (16, 32, 64, 128)  # powers of two: a tile row's chunks XOR-swizzle over whole 128-byte lines
+MAX_SPLIT_K = 64  # slices of the reduction (grid.z)
+MAX_PARTIAL_BYTES = 512 * 1024 * 1024  # split-K partial tiles in scratch
+
+
+def split_k(params: Params) -> int:
+    """SPLIT_K of a configuration; 1 (no split) when it has none (configurations stored before it existed)."""
+    return int(params.get("SPLIT_K", 1))
 
 
 def alignment(problem: Any) -> dict[str, Any]:
@@ -70,7 +85,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     rp = max(1, threads // cpr)
     return {"WARPS_M": warps_m, "WARPS_N": warps_n, "THREADS": threads, "CPR": cpr, "RP": rp,
             "A_ITERS": -(-p["BM"] // rp), "B_ITERS": -(-p["BN"] // rp),
-            "SHARED_BYTES": shared_bytes(p)}  # fmt: skip
+            "SHARED_BYTES": shared_bytes(p), "SPLIT_K": split_k(p), "MAX_SPLIT_K": MAX_SPLIT_K}  # fmt: skip
 
 
 def check(params: Params) -> str | None:
@@ -91,6 +106,9 @@ def check(params: Params) -> str | None:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if shared_bytes(p) > MAX_SHARED:
         return f"needs {shared_bytes(p)} bytes of shared memory, more than {MAX_SHARED}"
+    sk = p.get("SPLIT_K", 1)
+    if not isinstance(sk, int) or isinstance(sk, bool) or not 1 <= sk <= MAX_SPLIT_K:
+        return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
     return None
 
 
@@ -107,10 +125,27 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"{NAME} needs H + 2*pad and W + 2*pad below {MAX_COORD} (coordinates packed in 16 bits)"
     if p.N * hp * wp * p.C > MAX_OFFSET:
         return f"{NAME} needs the padded input N*(H+2*pad)*(W+2*pad)*C below 2**31 elements (32-bit offsets)"
+    need = scratch(params, problem)
+    if need is not None and need[0] * 4 > MAX_PARTIAL_BYTES:
+        return f"{NAME}'s split-K partials need {need[0] * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
     return None
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    """grid (blocks of BM output pixels, blocks of BN output channels); pixel blocks are the fast index."""
+    """grid (blocks of BM output pixels, blocks of BN output channels, SPLIT_K slices of the reduction);
+    pixel blocks are the fast index."""
     d = derived(params)
-    return _launch(params["BM"], params["BN"], d["THREADS"], d["SHARED_BYTES"], problem)
+    gx, gy, _ = _launch(params["BM"], params["BN"], d["THREADS"], d["SHARED_BYTES"], problem).grid
+    return Launch((gx, gy, split_k(params)), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
+    """(floats of ``partial``, unsigned ``counters``) a split-K launch takes after the shape integers: SPLIT_K
+    partial M x K tiles and one counter per (pixel block, channel block); None with SPLIT_K = 1, whose kernel
+    takes no scratch arguments."""
+    sk = split_k(params)
+    if sk == 1:
+        return None
+    gx, gy, _ = launch(params, problem).grid
+    m = problem.N * problem.P * problem.Q
+    return sk * m * problem.K, gx * gy

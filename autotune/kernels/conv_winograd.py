@@ -45,7 +45,7 @@ from .base import Launch, Params
 PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = {"SPLIT_C": 1}
+DEFAULTS = (("SPLIT_C", 1),)
 KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
@@ -136,7 +136,7 @@ def tiles(problem: Any) -> int:
 
 
 def split_c(params: Params) -> int:
-    return int(params.get("SPLIT_C", DEFAULTS["SPLIT_C"]))
+    return int(params.get("SPLIT_C", dict(DEFAULTS)["SPLIT_C"]))
 
 
 def launch(params: Params, problem: Any) -> Launch:
