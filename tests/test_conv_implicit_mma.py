@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
 """
 
 
-def emulate(tmp_path, params, problem):
-    """(the kernel's output as float64 NCHW, the float64 reference, ldmatrix bank conflicts, ldmatrix count)."""
+def _build(tmp_path, params, problem, main, seed):
+    """Compile the kernel's host-adapted source with ``main`` and write fresh NHWC inputs; (x, w) in NCHW."""
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
@@ -182,25 +182,34 @@ def emulate(tmp_path, params, problem):
     assert decl in src
     src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
     (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{main}"
     )
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
-
     p = problem
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(np.float16)
     w = rng.standard_normal((p.K, p.C, p.R, p.S)).astype(np.float16)
     x.transpose(0, 2, 3, 1).tofile(tmp_path / "x.bin")  # NHWC, and w as K, R, S, C
     w.transpose(0, 2, 3, 1).tofile(tmp_path / "w.bin")
+    return x, w
+
+
+def _as_nchw(y, p):
+    return y.astype(np.float64).reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2)
+
+
+def emulate(tmp_path, params, problem):
+    """(the kernel's output as float64 NCHW, the float64 reference, ldmatrix bank conflicts, ldmatrix count)."""
+    p = problem
+    x, w = _build(tmp_path, params, p, EMU_MAIN, seed=0)
     launch = CONV.launch("implicit_mma", params, p)
     args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, launch.grid[0], launch.grid[1], launch.block[0]]
     args += [launch.shared_bytes]
     run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     conflicts, loads = map(int, run.stdout.split())
-    y = np.fromfile(tmp_path / "y.bin", dtype=np.float16).astype(np.float64)
-    y = y.reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2)
+    y = _as_nchw(np.fromfile(tmp_path / "y.bin", dtype=np.float16), p)
     return y, reference(x.astype(np.float64), w.astype(np.float64), p), conflicts, loads
 
 
@@ -409,33 +418,13 @@ int main(int argc, char** argv) {
 def emulate_split(tmp_path, params, problem, reps=2):
     """Each of ``reps`` launches' output as float64 NCHW (same partials and counters, blocks shuffled), and the
     float64 reference."""
-    compiler = gxx()
-    if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
-    assert CONV.check("implicit_mma", params) is None and CONV.check_problem("implicit_mma", params, problem) is None
-    r = render("conv2d", "implicit_mma", params, problem)
-    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
-    src = src.replace(
-        "extern __shared__ __align__(128) unsigned char smem_raw[];", "unsigned char* smem_raw = g_smem_base;"
-    )
-    (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_SPLIT_MAIN}"
-    )
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
-
     p = problem
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(np.float16)
-    w = rng.standard_normal((p.K, p.C, p.R, p.S)).astype(np.float16)
-    x.transpose(0, 2, 3, 1).tofile(tmp_path / "x.bin")
-    w.transpose(0, 2, 3, 1).tofile(tmp_path / "w.bin")
+    x, w = _build(tmp_path, params, p, EMU_SPLIT_MAIN, seed=1)
     launch = CONV.launch("implicit_mma", params, p)
     args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes, reps]
     run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    ys = [np.fromfile(tmp_path / f"y{i}.bin", dtype=np.float16) for i in range(reps)]
-    ys = [y.astype(np.float64).reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2) for y in ys]
+    ys = [_as_nchw(np.fromfile(tmp_path / f"y{i}.bin", dtype=np.float16), p) for i in range(reps)]
     return ys, reference(x.astype(np.float64), w.astype(np.float64), p)
 
 
