@@ -128,7 +128,13 @@ def test_compiles_for_sm90_without_spills(label):
 
 # --- the kernel's arithmetic, run on the host ---------------------------------------------------------
 
-EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy threads smem_bytes
+EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes reps
+// Runs the launch `reps` times, the blocks of each launch in a shuffled order; y<rep>.bin is each launch's
+// output, and the last line the ldmatrix bank conflicts and loads. With SPLIT defined (SPLIT_K > 1) the kernel
+// also takes partials and counters, shared by the launches: any slice may be the last to arrive, and every
+// launch must leave the counters at zero.
+#include <numeric>
+#include <random>
 static std::vector<char> slurp(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
   fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
@@ -136,19 +142,31 @@ static std::vector<char> slurp(const std::string& path) {
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);
-  gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), 1u};
-  int threads = atoi(argv[15]); size_t smem_bytes = atol(argv[16]);
+  gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), (unsigned)atoi(argv[15])};
+  int threads = atoi(argv[16]); size_t smem_bytes = atol(argv[17]); int reps = atoi(argv[18]);
   blockDim = {(unsigned)threads, 1, 1};
   auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
-  std::vector<T> y((size_t)a[0] * a[9] * a[10] * a[4]);
-  std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN: unwritten outputs fail
+  const size_t outputs = (size_t)a[0] * a[9] * a[10] * a[4];
+  std::vector<T> y(outputs);
+#ifdef SPLIT
+  std::vector<float> partial(gridDim.z * outputs, NAN);  // a partial never written would poison y
+  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
+#define SCRATCH_ARGS , partial.data(), counters.data()
+#else
+#define SCRATCH_ARGS
+#endif
   std::vector<unsigned char> smem(smem_bytes + 128);
   g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
   g_smem_size = smem_bytes;
   g_smem = (float*)g_smem_base;
-  for (unsigned by = 0; by < gridDim.y; ++by)
-    for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-      blockIdx = {bx, by, 0};
+  std::vector<unsigned> order(gridDim.x * gridDim.y * gridDim.z);
+  std::iota(order.begin(), order.end(), 0u);
+  std::mt19937 rng(12345);
+  for (int rep = 0; rep < reps; ++rep) {
+    std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN: unwritten outputs fail
+    std::shuffle(order.begin(), order.end(), rng);
+    for (unsigned b : order) {
+      blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
       std::barrier<> bar(threads);
       g_bar = &bar;
       std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
@@ -158,20 +176,25 @@ int main(int argc, char** argv) {
       for (int t = 0; t < threads; ++t)
         ts.emplace_back([&, t] {
           threadIdx = {(unsigned)t, 0, 0};
-          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
+          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10] SCRATCH_ARGS);
           if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
         });
       for (auto& th : ts) th.join();
     }
-  FILE* f = fopen((dir + "/y.bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
+#ifdef SPLIT
+    for (unsigned v : counters) if (v) { fprintf(stderr, "launch %d left a counter at %u\n", rep, v); return 4; }
+#endif
+    FILE* f = fopen((dir + "/y" + std::to_string(rep) + ".bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
+  }
   printf("%ld %ld\n", g_conflicts.load(), g_ldmatrix.load());
   return 0;
 }
 """
 
 
-def _build(tmp_path, params, problem, main, seed):
-    """Compile the kernel's host-adapted source with ``main`` and write fresh NHWC inputs; (x, w) in NCHW."""
+def _build(tmp_path, params, problem, seed):
+    """Compile the kernel's host-adapted source with EMU_MAIN (SPLIT defined for SPLIT_K > 1) and write fresh
+    NHWC inputs; (x, w) in NCHW."""
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
@@ -182,9 +205,10 @@ def _build(tmp_path, params, problem, main, seed):
     assert decl in src
     src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
     (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{main}"
+        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
     )
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    flags += ["-DSPLIT"] if params.get("SPLIT_K", 1) > 1 else []
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
     p = problem
     rng = np.random.default_rng(seed)
@@ -199,18 +223,23 @@ def _as_nchw(y, p):
     return y.astype(np.float64).reshape(p.N, p.P, p.Q, p.K).transpose(0, 3, 1, 2)
 
 
-def emulate(tmp_path, params, problem):
-    """(the kernel's output as float64 NCHW, the float64 reference, ldmatrix bank conflicts, ldmatrix count)."""
+def _run(tmp_path, params, problem, reps):
+    """Launch ``reps`` times; (each launch's output as float64 NCHW, ldmatrix bank conflicts, ldmatrix count)."""
     p = problem
-    x, w = _build(tmp_path, params, p, EMU_MAIN, seed=0)
     launch = CONV.launch("implicit_mma", params, p)
-    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, launch.grid[0], launch.grid[1], launch.block[0]]
-    args += [launch.shared_bytes]
+    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes, reps]
     run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     conflicts, loads = map(int, run.stdout.split())
-    y = _as_nchw(np.fromfile(tmp_path / "y.bin", dtype=np.float16), p)
-    return y, reference(x.astype(np.float64), w.astype(np.float64), p), conflicts, loads
+    ys = [_as_nchw(np.fromfile(tmp_path / f"y{i}.bin", dtype=np.float16), p) for i in range(reps)]
+    return ys, conflicts, loads
+
+
+def emulate(tmp_path, params, problem):
+    """(the kernel's output as float64 NCHW, the float64 reference, ldmatrix bank conflicts, ldmatrix count)."""
+    x, w = _build(tmp_path, params, problem, seed=0)
+    (y,), conflicts, loads = _run(tmp_path, params, problem, reps=1)
+    return y, reference(x.astype(np.float64), w.astype(np.float64), problem), conflicts, loads
 
 
 SMALL = dict(BM=64, BN=32, BK=32, WM=32, WN=16, STAGES=3)  # 4 warps, 2 k-steps a tile
@@ -361,71 +390,12 @@ def test_split_k_compiles_for_sm90_without_spills(label):
     assert "float* __restrict__ partial" in c.source and "atomicAdd(counters" in c.source
 
 
-EMU_SPLIT_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes reps
-// Runs the launch `reps` times on the same partials and counters, the blocks of each launch in another
-// shuffled order (so any slice may be the last to arrive); y<rep>.bin is each launch's output.
-#include <numeric>
-#include <random>
-static std::vector<char> slurp(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
-  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
-}
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
-  int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);
-  gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), (unsigned)atoi(argv[15])};
-  int threads = atoi(argv[16]); size_t smem_bytes = atol(argv[17]); int reps = atoi(argv[18]);
-  blockDim = {(unsigned)threads, 1, 1};
-  auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
-  const size_t outputs = (size_t)a[0] * a[9] * a[10] * a[4];
-  std::vector<T> y(outputs);
-  std::vector<float> partial(gridDim.z * outputs, NAN);  // a partial never written would poison y
-  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
-  std::vector<unsigned char> smem(smem_bytes + 128);
-  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
-  g_smem_size = smem_bytes;
-  g_smem = (float*)g_smem_base;
-  std::vector<unsigned> order(gridDim.x * gridDim.y * gridDim.z);
-  std::iota(order.begin(), order.end(), 0u);
-  std::mt19937 rng(12345);
-  for (int rep = 0; rep < reps; ++rep) {
-    std::memset(y.data(), 0xff, y.size() * sizeof(T));  // NaN: unwritten outputs fail
-    std::shuffle(order.begin(), order.end(), rng);
-    for (unsigned b : order) {
-      blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
-      std::barrier<> bar(threads);
-      g_bar = &bar;
-      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-      for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
-      std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in fp16 and fp32: stale reads show
-      std::vector<std::thread> ts;
-      for (int t = 0; t < threads; ++t)
-        ts.emplace_back([&, t] {
-          threadIdx = {(unsigned)t, 0, 0};
-          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], partial.data(), counters.data());
-          if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
-        });
-      for (auto& th : ts) th.join();
-    }
-    for (unsigned v : counters) if (v) { fprintf(stderr, "launch %d left a counter at %u\n", rep, v); return 4; }
-    FILE* f = fopen((dir + "/y" + std::to_string(rep) + ".bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
-  }
-  return 0;
-}
-"""
-
-
 def emulate_split(tmp_path, params, problem, reps=2):
     """Each of ``reps`` launches' output as float64 NCHW (same partials and counters, blocks shuffled), and the
     float64 reference."""
-    p = problem
-    x, w = _build(tmp_path, params, p, EMU_SPLIT_MAIN, seed=1)
-    launch = CONV.launch("implicit_mma", params, p)
-    args = [tmp_path / "k", tmp_path, *p.dims, p.P, p.Q, *launch.grid, launch.block[0], launch.shared_bytes, reps]
-    run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    ys = [_as_nchw(np.fromfile(tmp_path / f"y{i}.bin", dtype=np.float16), p) for i in range(reps)]
-    return ys, reference(x.astype(np.float64), w.astype(np.float64), p)
+    x, w = _build(tmp_path, params, problem, seed=1)
+    ys, _, _ = _run(tmp_path, params, problem, reps)
+    return ys, reference(x.astype(np.float64), w.astype(np.float64), problem)
 
 
 def _slices(params, problem):
