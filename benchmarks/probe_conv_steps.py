@@ -20,14 +20,21 @@ from autotune.space import Config
 from autotune.verify import tolerance_for
 
 CONV = FAMILIES["conv2d"]
-WINNER = dict(TILES=32, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=0, PIPE=1, MINB=2)  # batch-1 56x56 (16:15 UTC)
+WINNER = dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2)  # batch-1 56x56 (17:07 UTC)
+DEEP = dict(WINNER, PIPE=2, MINB=1)
 CONFIGS = {
     "winner": WINNER,
-    "pipe0": dict(WINNER, PIPE=0),
-    "pipe2": dict(WINNER, PIPE=2),
-    "cb16": dict(WINNER, CB=16),
-    "split2": dict(WINNER, SPLIT_C=2),
-    "t16": dict(WINNER, TILES=16, TT=4, ET=1),
+    "pipe2": DEEP,
+    "deep2": dict(DEEP, DEPTH=2),
+    "deep4": dict(DEEP, DEPTH=4),
+    "deep6": dict(DEEP, DEPTH=6),
+    "deep4t16": dict(DEEP, TILES=16, TT=4, DEPTH=4),
+    # 33 x 4 = 132 blocks (one per SM) or 66 x 4 = 264 (two) instead of 100 at TILES 32
+    "t24": dict(WINNER, TILES=24),
+    "t24x384": dict(WINNER, TILES=24, TT=4, MINB=1),
+    "t12": dict(WINNER, TILES=12, TT=4),
+    "t12k32": dict(WINNER, TILES=12, TT=4, KB=32, KT=8),
+    "t24deep": dict(DEEP, TILES=24, DEPTH=3),
 }
 
 
@@ -38,6 +45,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--layout", default="NCHW")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--only", nargs="+", choices=sorted(CONFIGS), default=None, help="configurations to time")
     args = ap.parse_args()
     n, _, h, w, k = (int(v) for v in args.layer.split(","))
     gpu = current_gpu()
@@ -47,6 +55,8 @@ def main() -> int:
     rows = []
     print(f"{'config':<8} " + " ".join(f"{'C=' + str(c):>9}" for c in args.channels) + "   (us, L2 flushed)")
     for label, params in CONFIGS.items():
+        if args.only and label not in args.only:
+            continue
         times = []
         for c in args.channels:
             problem = CONV.problem([n, c, h, w, k, 3, 3, 1, 1], args.dtype, args.layout)

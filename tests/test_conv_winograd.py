@@ -45,14 +45,21 @@ GOOD = {
     "split2": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, SPLIT_C=2),  # batch-1 winner
     "split3_p0": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, SPLIT_C=3),
     "split4_cp": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=2, SPLIT_C=4),
+    # DEPTH: a ring of PIPE 2's raw buffers, several steps of copies in flight (batch 1)
+    "deep3": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=2, MINB=1, DEPTH=3),  # 256 threads
+    "deep2_odd": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=2),  # tiles past the end
+    "deep4_split": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=1, SPLIT_C=2, DEPTH=4),
+    # TILES not a power of two (TG = 3): 132 or 264 blocks for the batch-1 56x56 layer
+    "t24": dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2),  # 192 threads
+    "t12": dict(TILES=12, KB=32, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=2),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
 
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
-    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
-    assert info.optional == ("SPLIT_C",)
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH")
+    assert info.optional == ("SPLIT_C", "DEPTH")
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -73,6 +80,8 @@ REJECTED = [
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, KT=8, KB=36), "KT must divide KB"),
     (dict(D, PIPE=3), "PIPE must be 0, 1 or 2"),
+    (dict(D, DEPTH=2), "DEPTH > 1 needs PIPE 2 (a ring of cp.async buffers)"),
+    (dict(D, PIPE=2, DEPTH=9), "DEPTH must be 1 to 8"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
      "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
@@ -220,6 +229,18 @@ EMULATED = [
     ("split3_p0", [2, 9, 7, 5, 17, 3, 3, 1, 2], "float16", "NCHW"),  # 3 steps in 3
     ("split4_cp", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 3 steps in 4 slices: one is empty
     ("split4_cp", [2, 5, 6, 7, 19, 3, 3, 1, 1], "float32", "NCHW"),  # 1 step in 4: three empty slices
+    # DEPTH: fewer steps than the ring, as many, more (the ring wraps), the last step partial
+    ("deep3", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps: the ring wraps
+    ("deep3", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float32", "NHWC"),  # 3 steps, as many as the ring
+    ("deep3", [1, 5, 7, 9, 16, 3, 3, 1, 1], "float16", "NCHW"),  # 1 step: two empty groups
+    ("deep2_odd", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),  # CB = 3: 4 steps
+    ("deep2_odd", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float16", "NHWC"),
+    ("deep4_split", [1, 97, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 7 steps in 2 slices of 3 and 4
+    ("deep4_split", [2, 40, 6, 7, 19, 3, 3, 1, 2], "float32", "NCHW"),  # 3 steps in 2 slices
+    ("t24", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 42 tiles: a block and most of another
+    ("t24", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
+    ("t12", [1, 17, 11, 13, 40, 3, 3, 1, 1], "float32", "NHWC"),
+    ("t12", [2, 9, 7, 9, 37, 3, 3, 1, 2], "float32", "NCHW"),
 ]
 
 
@@ -324,10 +345,25 @@ def test_split_c_scratch_and_arguments():
     assert CONV.check("winograd", dict(D, SPLIT_C=0)) == "SPLIT_C must be 1 to 65535 (grid.z)"
 
 
+def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
+    """Absent or 1: the kernel name and source of before DEPTH existed (stored PIPE 2 winners keep their
+    source_hash); above 1 the name says so and the raw ring takes DEPTH times PIPE 2's raw buffer."""
+    p = CONV.problem(PROBLEM, "float32")
+    cp = GOOD["cp_w2"]
+    plain, one, three = render("conv2d", "winograd", cp, p), render("conv2d", "winograd", dict(cp, DEPTH=1), p), \
+        render("conv2d", "winograd", dict(cp, DEPTH=3), p)  # fmt: skip
+    assert (one.kernel_name, one.source_hash) == (plain.kernel_name, plain.source_hash)
+    assert "DEPTH" not in plain.source and "depth" not in plain.kernel_name
+    assert three.kernel_name == plain.kernel_name + "_depth3" and "cp.async.wait_group %0" in three.source
+    base = CONV.launch("winograd", cp, p).shared_bytes
+    raw = 4 * CONV.derived("winograd", cp)["RAW"] * CONV.derived("winograd", cp)["THREADS"]
+    assert CONV.launch("winograd", dict(cp, DEPTH=3), p).shared_bytes == base + 2 * raw
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp"):
+    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split"):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")

@@ -82,6 +82,14 @@ WINOGRAD_CONFIGS = [
     dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, SPLIT_C=4),
     dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=2, SPLIT_C=8),  # empty slices at C = 5
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=0, MINB=1, SPLIT_C=3),
+    # DEPTH: a ring of cp.async raw buffers, several steps of copies in flight (C = 5 in one step: empty groups)
+    dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=2, MINB=1, DEPTH=4),
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=3),
+    dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=1, SPLIT_C=2, DEPTH=2),
+    # TILES not a power of two (TG = 3 or 6)
+    dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2),
+    dict(TILES=24, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1),
+    dict(TILES=12, KB=32, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=2),
 ]
 
 
@@ -91,7 +99,8 @@ WINOGRAD_CONFIGS = [
     "params",
     WINOGRAD_CONFIGS,
     ids=lambda p: (
-        f"t{p['TILES']}kb{p['KB']}kt{p['KT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}" + f"s{p.get('SPLIT_C', 1)}"
+        f"t{p['TILES']}kb{p['KB']}kt{p['KT']}tt{p['TT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}"
+        f"s{p.get('SPLIT_C', 1)}d{p.get('DEPTH', 1)}"
     ),
 )
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):
@@ -351,7 +360,7 @@ def test_winograd_split_c_relaunches_on_the_same_scratch(settings, layout):
 
     from autotune.evaluate import load_kernel, prepare
 
-    params = WINOGRAD_CONFIGS[-3]
+    params = next(p for p in WINOGRAD_CONFIGS if p.get("SPLIT_C", 1) == 4)
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
     c = prepare(Candidate("conv2d", "winograd", problem, Config.of(params)), settings)
     assert c.status is None, c.reason

@@ -21,6 +21,9 @@ One fused kernel, so a candidate's time includes every transform:
            (batch 1): each block stores its slice's partial outputs as floats in scratch, and the last block
            of a tile sums them in slice order (deterministic) and writes y. Scratch: SPLIT_C x N*K*P*Q floats
            and one counter per (tiles, channels) block, zeroed once (the kernel leaves the counters at zero).
+  DEPTH    (optional, default 1; PIPE 2 only) DEPTH raw buffers in a ring: step s + DEPTH's copies are issued
+           before step s's GEMMs, so a block has DEPTH steps of loads in flight instead of one. For layers too
+           small to fill the GPU with warps (batch 1), where each step otherwise waits a whole memory latency.
   epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
            ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
 
@@ -42,16 +45,17 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C")
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH")
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1),)
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1))
 KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
+MAX_DEPTH = 8  # PIPE 2's ring of raw buffers
 MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
 MAX_SHARED = 227 * 1024
 SM_SHARED = 228 * 1024  # shared memory of one SM; each resident block also reserves 1 KiB
@@ -77,7 +81,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     stages = 2 if p["PIPE"] else 1
     x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
     raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
-    staged = stages * 16 * p["CB"] * (kbs + ts) + raw * threads  # U and V of one step, per stage; PIPE 2's raw
+    staged = stages * 16 * p["CB"] * (kbs + ts) + depth(p) * raw * threads  # U and V per stage; PIPE 2's raw ring
     epilogue = 16 * kg * ts  # one channel of every thread's tile, all 16 elements
     return {
         "KG": kg,
@@ -112,6 +116,10 @@ def check(params: Params) -> str | None:
         return "PIPE must be 0, 1 or 2"
     if not 1 <= split_c(p) <= MAX_GRID_Y:
         return f"SPLIT_C must be 1 to {MAX_GRID_Y} (grid.z)"
+    if not 1 <= depth(p) <= MAX_DEPTH:
+        return f"DEPTH must be 1 to {MAX_DEPTH}"
+    if depth(p) > 1 and p["PIPE"] != 2:
+        return "DEPTH > 1 needs PIPE 2 (a ring of cp.async buffers)"
     d = derived(p)
     if p["MINB"] * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
@@ -137,6 +145,10 @@ def tiles(problem: Any) -> int:
 
 def split_c(params: Params) -> int:
     return int(params.get("SPLIT_C", dict(DEFAULTS)["SPLIT_C"]))
+
+
+def depth(params: Params) -> int:
+    return int(params.get("DEPTH", dict(DEFAULTS)["DEPTH"]))
 
 
 def launch(params: Params, problem: Any) -> Launch:
