@@ -35,6 +35,10 @@ CONFIGS = {
     "t12": dict(WINNER, TILES=12, TT=4),
     "t12k32": dict(WINNER, TILES=12, TT=4, KB=32, KT=8),
     "t24deep": dict(DEEP, TILES=24, DEPTH=3),
+    # the GEMMs' channel loop as straight-line code
+    "unroll8": dict(WINNER, UNROLL=8),
+    "unroll8m1": dict(WINNER, UNROLL=8, MINB=1),
+    "cb16u16": dict(WINNER, CB=16, UNROLL=16, MINB=1),
 }
 
 

@@ -52,14 +52,17 @@ GOOD = {
     # TILES not a power of two (TG = 3): 132 or 264 blocks for the batch-1 56x56 layer
     "t24": dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2),  # 192 threads
     "t12": dict(TILES=12, KB=32, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=2),
+    # UNROLL: the GEMMs' channel loop unrolled 4 times or completely
+    "unroll_full": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, UNROLL=8),
+    "unroll4_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, UNROLL=4),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
 
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
-    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH")
-    assert info.optional == ("SPLIT_C", "DEPTH")
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL")
+    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL") and info.kind("UNROLL") == "int>=0"
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -134,6 +137,9 @@ def test_an_image_past_32_bit_offsets_is_refused():
     huge = CONV.problem([1, 2**16, 256, 256, 8, 3, 3, 1, 1], "float16")
     assert CONV.check_problem("winograd", D, huge) == (
         "winograd indexes one image with 32-bit offsets: H*W*C must be at most 2147483647")  # fmt: skip
+    filters = CONV.problem([1, 2**14, 4, 4, 2**14, 3, 3, 1, 1], "float32")  # 2.4e9 filter taps
+    assert CONV.check_problem("winograd", D, filters) == (
+        "winograd indexes the filters with 32-bit offsets: K*C*9 must be at most 2147483647")  # fmt: skip
 
 
 def test_any_padding_of_a_3x3_stride_1_filter_is_accepted():
@@ -241,6 +247,9 @@ EMULATED = [
     ("t24", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
     ("t12", [1, 17, 11, 13, 40, 3, 3, 1, 1], "float32", "NHWC"),
     ("t12", [2, 9, 7, 9, 37, 3, 3, 1, 2], "float32", "NCHW"),
+    ("unroll_full", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial
+    ("unroll_full", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
+    ("unroll4_cp", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # CB = 3 < UNROLL
 ]
 
 
@@ -345,6 +354,17 @@ def test_split_c_scratch_and_arguments():
     assert CONV.check("winograd", dict(D, SPLIT_C=0)) == "SPLIT_C must be 1 to 65535 (grid.z)"
 
 
+def test_unroll_is_optional_and_named_only_when_set():
+    p = CONV.problem(PROBLEM, "float32")
+    plain, zero, full = render("conv2d", "winograd", D, p), render("conv2d", "winograd", dict(D, UNROLL=0), p), \
+        render("conv2d", "winograd", dict(D, UNROLL=8), p)  # fmt: skip
+    assert (zero.kernel_name, zero.source_hash) == (plain.kernel_name, plain.source_hash)
+    assert "#pragma unroll 2  // deeper" in plain.source and "#pragma unroll 8  // deeper" in full.source
+    assert full.kernel_name == plain.kernel_name + "_unroll8"
+    cp = render("conv2d", "winograd", GOOD["cp_w2"], p).source
+    assert "#pragma unroll 1  // deeper" in cp  # PIPE 2 keeps its registers for the raw copies
+
+
 def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
     """Absent or 1: the kernel name and source of before DEPTH existed (stored PIPE 2 winners keep their
     source_hash); above 1 the name says so and the raw ring takes DEPTH times PIPE 2's raw buffer."""
@@ -363,7 +383,7 @@ def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split"):
+    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full"):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")

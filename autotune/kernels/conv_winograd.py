@@ -21,6 +21,9 @@ One fused kernel, so a candidate's time includes every transform:
            (batch 1): each block stores its slice's partial outputs as floats in scratch, and the last block
            of a tile sums them in slice order (deterministic) and writes y. Scratch: SPLIT_C x N*K*P*Q floats
            and one counter per (tiles, channels) block, zeroed once (the kernel leaves the counters at zero).
+  UNROLL   (optional, default 0: 2, or 1 for PIPE 2 without DEPTH) unrolling of the GEMMs' loop over the CB
+           channels of a step; at CB or more it is straight-line code, so the next channel's shared loads can be
+           issued during this channel's FMAs (more registers)
   DEPTH    (optional, default 1; PIPE 2 only) DEPTH raw buffers in a ring: step s + DEPTH's copies are issued
            before step s's GEMMs, so a block has DEPTH steps of loads in flight instead of one. For layers too
            small to fill the GPU with warps (batch 1), where each step otherwise waits a whole memory latency.
@@ -45,11 +48,11 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH")
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL")
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1))
-KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0))
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -180,6 +183,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"winograd computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
     if problem.H * problem.W * problem.C > MAX_IMAGE:
         return f"winograd indexes one image with 32-bit offsets: H*W*C must be at most {MAX_IMAGE}"
+    if problem.K * problem.C * 9 > MAX_IMAGE:
+        return f"winograd indexes the filters with 32-bit offsets: K*C*9 must be at most {MAX_IMAGE}"
     gx, gy, _ = launch(params, problem).grid
     if gx > MAX_GRID_X:
         return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
