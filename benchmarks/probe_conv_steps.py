@@ -38,7 +38,13 @@ CONFIGS = {
     # the GEMMs' channel loop as straight-line code
     "unroll8": dict(WINNER, UNROLL=8),
     "unroll8m1": dict(WINNER, UNROLL=8, MINB=1),
-    "cb16u16": dict(WINNER, CB=16, UNROLL=16, MINB=1),
+    "cb16u16": dict(WINNER, CB=16, UNROLL=16, MINB=1),  # the 17:51 winner
+    # loads DEPTH steps ahead in a ring of register sets (PIPE 1), 32-channel steps
+    "reg2": dict(WINNER, CB=16, UNROLL=16, MINB=1, DEPTH=2),
+    "reg3cb8": dict(WINNER, UNROLL=16, MINB=1, DEPTH=3),
+    "reg2cb8": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2),
+    "cb32": dict(WINNER, CB=32, SPAD=0, UNROLL=16, MINB=1),
+    "cb32p0": dict(WINNER, CB=32, PIPE=0, UNROLL=16, MINB=1),
 }
 
 

@@ -50,6 +50,8 @@ GOOD = {
     "deep2_odd": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=2),  # tiles past the end
     "deep4_split": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=1, SPLIT_C=2, DEPTH=4),
     # TILES not a power of two (TG = 3): 132 or 264 blocks for the batch-1 56x56 layer
+    "deep2_regs": dict(TILES=32, KB=16, CB=16, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16),
+    "deep3_regs_split": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2),
     "t24": dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2),  # 192 threads
     "t12": dict(TILES=12, KB=32, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=2),
     # UNROLL: the GEMMs' channel loop unrolled 4 times or completely
@@ -83,7 +85,7 @@ REJECTED = [
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, KT=8, KB=36), "KT must divide KB"),
     (dict(D, PIPE=3), "PIPE must be 0, 1 or 2"),
-    (dict(D, DEPTH=2), "DEPTH > 1 needs PIPE 2 (a ring of cp.async buffers)"),
+    (dict(D, DEPTH=2), "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"),
     (dict(D, PIPE=2, DEPTH=9), "DEPTH must be 1 to 8"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
@@ -243,6 +245,11 @@ EMULATED = [
     ("deep2_odd", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float16", "NHWC"),
     ("deep4_split", [1, 97, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 7 steps in 2 slices of 3 and 4
     ("deep4_split", [2, 40, 6, 7, 19, 3, 3, 1, 2], "float32", "NCHW"),  # 3 steps in 2 slices
+    ("deep2_regs", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps: the last pass has one
+    ("deep2_regs", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float16", "NHWC"),  # 2 steps
+    ("deep2_regs", [1, 5, 7, 9, 16, 3, 3, 1, 1], "float32", "NHWC"),  # 1 step
+    ("deep3_regs_split", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),  # 4 steps in 2 slices of 2
+    ("deep3_regs_split", [1, 23, 7, 9, 6, 3, 3, 1, 1], "float32", "NHWC"),  # 8 steps in 2 slices of 4
     ("t24", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 42 tiles: a block and most of another
     ("t24", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
     ("t12", [1, 17, 11, 13, 40, 3, 3, 1, 1], "float32", "NHWC"),
@@ -383,7 +390,7 @@ def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full"):
+    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full", "deep2_regs"):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")

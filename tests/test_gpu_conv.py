@@ -86,6 +86,8 @@ WINOGRAD_CONFIGS = [
     dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=2, MINB=1, DEPTH=4),
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=3),
     dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=2, MINB=1, SPLIT_C=2, DEPTH=2),
+    dict(TILES=32, KB=16, CB=16, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16),  # a register ring
+    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, SPLIT_C=2, DEPTH=3),
     # TILES not a power of two (TG = 3 or 6)
     dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2),
     dict(TILES=24, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1),

@@ -24,9 +24,9 @@ One fused kernel, so a candidate's time includes every transform:
   UNROLL   (optional, default 0: 2, or 1 for PIPE 2 without DEPTH) unrolling of the GEMMs' loop over the CB
            channels of a step; at CB or more it is straight-line code, so the next channel's shared loads can be
            issued during this channel's FMAs (more registers)
-  DEPTH    (optional, default 1; PIPE 2 only) DEPTH raw buffers in a ring: step s + DEPTH's copies are issued
-           before step s's GEMMs, so a block has DEPTH steps of loads in flight instead of one. For layers too
-           small to fill the GPU with warps (batch 1), where each step otherwise waits a whole memory latency.
+  DEPTH    (optional, default 1; PIPE 1 or 2) DEPTH raw buffers in a ring (PIPE 1: register sets, PIPE 2: shared
+           buffers): step s + DEPTH's loads are issued before step s's GEMMs, so a block has DEPTH steps of loads in
+           flight instead of one. For layers too small to fill the GPU with warps (batch 1).
   epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
            ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
 
@@ -121,8 +121,8 @@ def check(params: Params) -> str | None:
         return f"SPLIT_C must be 1 to {MAX_GRID_Y} (grid.z)"
     if not 1 <= depth(p) <= MAX_DEPTH:
         return f"DEPTH must be 1 to {MAX_DEPTH}"
-    if depth(p) > 1 and p["PIPE"] != 2:
-        return "DEPTH > 1 needs PIPE 2 (a ring of cp.async buffers)"
+    if depth(p) > 1 and p["PIPE"] not in (1, 2):
+        return "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"
     d = derived(p)
     if p["MINB"] * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
