@@ -45,6 +45,9 @@ CONFIGS = {
     "reg2cb8": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2),
     "cb32": dict(WINNER, CB=32, SPAD=0, UNROLL=16, MINB=1),
     "cb32p0": dict(WINNER, CB=32, PIPE=0, UNROLL=16, MINB=1),
+    # the epilogue in one round (four output pairs a thread)
+    "reg2r1": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=1),
+    "reg2r2": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=2),
 }
 
 

@@ -56,6 +56,9 @@ GOOD = {
     "t12": dict(TILES=12, KB=32, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=2),
     # UNROLL: the GEMMs' channel loop unrolled 4 times or completely
     "unroll_full": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2, UNROLL=8),
+    # ROUNDS: the epilogue in one or two rounds (two or four output pairs a thread)
+    "rounds1": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1),
+    "rounds2_split": dict(TILES=16, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=2, SPLIT_C=2),
     "unroll4_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, UNROLL=4),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
@@ -63,8 +66,9 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
-    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL")
-    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL") and info.kind("UNROLL") == "int>=0"
+    assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
+                           "ROUNDS")  # fmt: skip
+    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS") and info.kind("UNROLL") == "int>=0"
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -87,6 +91,7 @@ REJECTED = [
     (dict(D, PIPE=3), "PIPE must be 0, 1 or 2"),
     (dict(D, DEPTH=2), "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"),
     (dict(D, PIPE=2, DEPTH=9), "DEPTH must be 1 to 8"),
+    (dict(D, ROUNDS=3), "ROUNDS must divide KT"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
      "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
@@ -257,6 +262,10 @@ EMULATED = [
     ("unroll_full", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial
     ("unroll_full", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
     ("unroll4_cp", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # CB = 3 < UNROLL
+    ("rounds1", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # K past one channel block
+    ("rounds1", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
+    ("rounds2_split", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # channels 64..69 in a second block
+    ("rounds2_split", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float32", "NHWC"),
 ]
 
 

@@ -27,8 +27,10 @@ One fused kernel, so a candidate's time includes every transform:
   DEPTH    (optional, default 1; PIPE 1 or 2) DEPTH raw buffers in a ring (PIPE 1: register sets, PIPE 2: shared
            buffers): step s + DEPTH's loads are issued before step s's GEMMs, so a block has DEPTH steps of loads in
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
-  epilogue KT rounds: the accumulators of one channel of each thread's tile go through shared memory
-           ([16][KB/KT][TILES + SPAD], aliasing the U/V buffers) and A^T M A is stored, predicated on P, Q, K.
+  epilogue ROUNDS rounds (optional, default 0: KT rounds): the accumulators of KT / ROUNDS channels of each
+           thread's tile go through shared memory ([16][KT/ROUNDS][KB/KT][TILES + SPAD], aliasing the U/V
+           buffers) and A^T M A is stored, predicated on P, Q, K. Fewer rounds: fewer barriers and more
+           independent (channel, tile) pairs a thread, for more shared memory.
 
 Every check here is mirrored by a ``static_assert`` in the template.
 
@@ -48,11 +50,11 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL")
+PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS")
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0))
-KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0))
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -85,7 +87,8 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
     raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
     staged = stages * 16 * p["CB"] * (kbs + ts) + depth(p) * raw * threads  # U and V per stage; PIPE 2's raw ring
-    epilogue = 16 * kg * ts  # one channel of every thread's tile, all 16 elements
+    rc = p["KT"] // rounds(p) if p["KT"] % rounds(p) == 0 else 1  # thread-tile channels an epilogue round
+    epilogue = 16 * rc * kg * ts  # rc channels of every thread's tile, all 16 elements
     return {
         "KG": kg,
         "TG": tg,
@@ -95,7 +98,9 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "TS": ts,
         "X_ITEMS": x_items,
         "W_ITEMS": w_items,
-        "Y_ITEMS": -(-kg * p["TILES"] // threads),
+        "ROUNDS": rounds(p),
+        "RC": rc,
+        "Y_ITEMS": -(-rc * kg * p["TILES"] // threads),  # RC*TT*ET/16 <= 8 (at most 128 accumulators)
         "STAGES": stages,
         "RAW": raw,
         "SHARED_BYTES": 4 * max(staged, epilogue),
@@ -109,6 +114,8 @@ def check(params: Params) -> str | None:
         return "KT and TT must be multiples of 4 (float4 reads of U and V)"
     if p["KB"] % p["KT"]:
         return "KT must divide KB"
+    if p["KT"] % rounds(p):
+        return "ROUNDS must divide KT"
     if p["TILES"] % p["TT"]:
         return "TT must divide TILES"
     if p["ET"] not in ETS:
@@ -148,6 +155,11 @@ def tiles(problem: Any) -> int:
 
 def split_c(params: Params) -> int:
     return int(params.get("SPLIT_C", dict(DEFAULTS)["SPLIT_C"]))
+
+
+def rounds(params: Params) -> int:
+    """Epilogue rounds: ROUNDS, or KT when absent or 0 (one thread-tile channel a round)."""
+    return int(params.get("ROUNDS", 0)) or int(params["KT"])
 
 
 def depth(params: Params) -> int:
