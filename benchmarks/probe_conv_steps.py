@@ -48,6 +48,7 @@ CONFIGS = {
     # the epilogue in one round (four output pairs a thread)
     "reg2r1": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=1),
     "reg2r2": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=2),
+    "w1811": dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1),
 }
 
 
