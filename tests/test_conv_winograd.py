@@ -326,7 +326,7 @@ def test_the_measured_error_is_recorded_and_shown_next_to_the_time():
     assert "error" in shown.columns and shown["error"].str.contains("e-").all()
 
 
-@pytest.mark.parametrize("spec_file", ["conv_winograd.yaml", "conv.yaml"])
+@pytest.mark.parametrize("spec_file", ["conv_winograd.yaml", "conv.yaml", "conv_b1.yaml"])
 def test_the_winograd_start_points_compile_without_spills(spec_file):
     """Pipelining holds the next step's raw operands in registers: the start points must still fit them."""
     spec = load_spec(ROOT / "configs" / spec_file)
