@@ -60,7 +60,7 @@ DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMM
 
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
-MAX_DEPTH = 8  # PIPE 2's ring of raw buffers
+MAX_DEPTH = 8  # raw buffers in the ring (PIPE 1: register sets, PIPE 2: shared buffers)
 MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
 MAX_SHARED = 227 * 1024
 SM_SHARED = 228 * 1024  # shared memory of one SM; each resident block also reserves 1 KiB
