@@ -22,6 +22,8 @@ from autotune.verify import tolerance_for
 CONV = FAMILIES["conv2d"]
 WINNER = dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2)  # batch-1 56x56 (17:07 UTC)
 DEEP = dict(WINNER, PIPE=2, MINB=1)
+# batch-1 56x56 winner of 18:11 UTC (13.6 us)
+W1811 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1)
 CONFIGS = {
     "winner": WINNER,
     "pipe2": DEEP,
@@ -48,7 +50,17 @@ CONFIGS = {
     # the epilogue in one round (four output pairs a thread)
     "reg2r1": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=1),
     "reg2r2": dict(WINNER, UNROLL=16, MINB=1, DEPTH=2, ROUNDS=2),
-    "w1811": dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1),
+    "w1811": W1811,
+    # CGROUPS: 2 or 4 chains of channel steps in one block, M summed in the epilogue
+    "cg2p0": dict(W1811, PIPE=0, DEPTH=1, CGROUPS=2),  # 768 threads, 2 steps a group
+    "cg2p0cb8": dict(W1811, PIPE=0, DEPTH=1, CB=8, CGROUPS=2),  # 768 threads, 4 steps a group
+    "cg2p1": dict(W1811, DEPTH=1, UNROLL=0, CGROUPS=2),
+    "cg2p1cb8": dict(W1811, DEPTH=1, UNROLL=0, CB=8, CGROUPS=2),
+    "cg2p2cb8": dict(W1811, PIPE=2, DEPTH=1, CB=8, CGROUPS=2),
+    "cg2t8": dict(W1811, TT=8, CB=8, CGROUPS=2),  # 384 threads, register ring, 4 steps a group
+    "cg2t8cb16": dict(W1811, TT=8, DEPTH=1, CGROUPS=2),
+    "cg2t8p2": dict(W1811, TT=8, CB=8, PIPE=2, CGROUPS=2),
+    "cg4t8p0": dict(W1811, TT=8, CB=8, PIPE=0, DEPTH=1, UNROLL=0, CGROUPS=4),  # 768 threads, 2 steps a group
 }
 
 

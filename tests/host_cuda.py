@@ -18,6 +18,7 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,15 @@ std::barrier<>* g_bar;
 float* g_smem;
 unsigned g_smem_bytes;  // dynamic shared memory given to the launch
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
+// bar.sync g + 1, N: named barrier g of a block's N-thread group; one std::barrier per group, made on first use.
+template <int N> inline void host_sync_group(int g) {
+  static std::barrier<>* bars = [] {
+    auto* b = static_cast<std::barrier<>*>(::operator new(16 * sizeof(std::barrier<>)));
+    for (int i = 0; i < 16; ++i) new (b + i) std::barrier<>(N);
+    return b;
+  }();
+  bars[g].arrive_and_wait();
+}
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 #define __global__
 #define __device__

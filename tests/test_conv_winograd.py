@@ -60,6 +60,12 @@ GOOD = {
     "rounds1": dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1),
     "rounds2_split": dict(TILES=16, KB=64, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=2, SPLIT_C=2),
     "unroll4_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, UNROLL=4),
+    # CGROUPS: groups of a block on their own slices of the input channels, M summed in the epilogue
+    "cg2_p0": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, CGROUPS=2),  # 2 x 128 threads
+    "cg2_regs": dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1,
+                     CGROUPS=2),  # 2 x 192 threads, register ring
+    "cg3_cp_split": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, CGROUPS=3, SPLIT_C=2),
+    "cg4_pipe": dict(TILES=8, KB=16, CB=4, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, ROUNDS=2, CGROUPS=4),  # 4 x 128
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -67,8 +73,8 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS")  # fmt: skip
-    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS") and info.kind("UNROLL") == "int>=0"
+                           "ROUNDS", "CGROUPS")  # fmt: skip
+    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS") and info.kind("UNROLL") == "int>=0"
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -93,6 +99,9 @@ REJECTED = [
     (dict(D, PIPE=2, DEPTH=9), "DEPTH must be 1 to 8"),
     (dict(D, ROUNDS=3), "ROUNDS must divide KT"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
+    (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
+    (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
+    (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
      "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
     (dict(D, TILES=36), "TT must divide TILES"),
@@ -266,6 +275,15 @@ EMULATED = [
     ("rounds1", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),
     ("rounds2_split", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NCHW"),  # channels 64..69 in a second block
     ("rounds2_split", [3, 9, 5, 4, 33, 3, 3, 1, 1], "float32", "NHWC"),
+    # CGROUPS: fewer steps than groups (empty groups), as many, more; with SPLIT_C, slices of blocks x groups
+    ("cg2_p0", [2, 5, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 2 steps: one a group
+    ("cg2_p0", [1, 3, 7, 9, 20, 3, 3, 1, 1], "float16", "NHWC"),  # 1 step: group 0 empty, K past a block
+    ("cg2_regs", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps: 2 and 3, the ring wraps
+    ("cg2_regs", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float16", "NHWC"),  # 3 steps
+    ("cg3_cp_split", [1, 23, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 8 steps over 6 slices
+    ("cg3_cp_split", [2, 7, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 3 steps over 6: three empty slices
+    ("cg4_pipe", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps over 4 groups
+    ("cg4_pipe", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),  # 3 steps: one group empty
 ]
 
 
@@ -396,10 +414,27 @@ def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
     assert CONV.launch("winograd", dict(cp, DEPTH=3), p).shared_bytes == base + 2 * raw
 
 
+def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
+    """Absent or 1: the kernel name and source of before CGROUPS existed (stored winners keep their
+    source_hash); above 1 the block is CGROUPS groups, each with its own shared buffers and named barrier."""
+    p = CONV.problem(PROBLEM, "float32")
+    reg = GOOD["deep2_regs"]
+    plain, one, two = render("conv2d", "winograd", reg, p), render("conv2d", "winograd", dict(reg, CGROUPS=1), p), \
+        render("conv2d", "winograd", dict(reg, CGROUPS=2), p)  # fmt: skip
+    assert (one.kernel_name, one.source_hash) == (plain.kernel_name, plain.source_hash)
+    assert "CGROUPS" not in plain.source and "bar.sync" not in plain.source and "cgroups" not in plain.kernel_name
+    assert two.kernel_name == plain.kernel_name + "_cgroups2" and "bar.sync" in two.source
+    base, grouped = CONV.launch("winograd", reg, p), CONV.launch("winograd", dict(reg, CGROUPS=2), p)
+    assert grouped.grid == base.grid and grouped.block[0] == 2 * base.block[0]
+    assert grouped.shared_bytes == 2 * base.shared_bytes
+    assert CONV.check("winograd", dict(reg, CGROUPS=0)) == "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full", "deep2_regs"):
+    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full", "deep2_regs", "cg2_regs",
+                  "cg3_cp_split", "cg4_pipe"):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")

@@ -27,6 +27,11 @@ One fused kernel, so a candidate's time includes every transform:
   DEPTH    (optional, default 1; PIPE 1 or 2) DEPTH raw buffers in a ring (PIPE 1: register sets, PIPE 2: shared
            buffers): step s + DEPTH's loads are issued before step s's GEMMs, so a block has DEPTH steps of loads in
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
+  CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
+           on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
+           and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
+           chains of steps for layers whose channel loop is the critical path (batch 1), without SPLIT_C's
+           partial outputs in global memory. Shared memory and threads: CGROUPS x those of one group.
   epilogue ROUNDS rounds (optional, default 0: KT rounds): the accumulators of KT / ROUNDS channels of each
            thread's tile go through shared memory ([16][KT/ROUNDS][KB/KT][TILES + SPAD], aliasing the U/V
            buffers) and A^T M A is stored, predicated on P, Q, K. Fewer rounds: fewer barriers and more
@@ -50,10 +55,12 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS = ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS")
+PARAMS = (
+    "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
+)  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1))
 KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
@@ -61,6 +68,7 @@ DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMM
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
 MAX_DEPTH = 8  # raw buffers in the ring (PIPE 1: register sets, PIPE 2: shared buffers)
+MAX_CGROUPS = 8  # thread groups of a block: named barriers 1..CGROUPS (0 is __syncthreads)
 MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
 MAX_SHARED = 227 * 1024
 SM_SHARED = 228 * 1024  # shared memory of one SM; each resident block also reserves 1 KiB
@@ -78,7 +86,8 @@ def alignment(problem: Any) -> dict[str, Any]:
 
 
 def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Threads, per-thread work and shared memory (none depend on the shape, dtype or layout)."""
+    """Threads (of one group: the block has CGROUPS x THREADS), per-thread work and shared memory (none depend on
+    the shape, dtype or layout)."""
     p = params
     kg, tg, eg = p["KB"] // p["KT"], p["TILES"] // p["TT"], 16 // p["ET"]
     threads = eg * kg * tg
@@ -100,10 +109,10 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "W_ITEMS": w_items,
         "ROUNDS": rounds(p),
         "RC": rc,
-        "Y_ITEMS": -(-rc * kg * p["TILES"] // threads),  # RC*TT*ET/16 <= 8 (at most 128 accumulators)
+        "Y_ITEMS": -(-rc * kg * p["TILES"] // (threads * cgroups(p))),  # RC*TT*ET/16 <= 8 (at most 128 accumulators)
         "STAGES": stages,
         "RAW": raw,
-        "SHARED_BYTES": 4 * max(staged, epilogue),
+        "SHARED_BYTES": 4 * cgroups(p) * max(staged, epilogue),
     }
 
 
@@ -130,11 +139,15 @@ def check(params: Params) -> str | None:
         return f"DEPTH must be 1 to {MAX_DEPTH}"
     if depth(p) > 1 and p["PIPE"] not in (1, 2):
         return "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"
+    if not 1 <= cgroups(p) <= MAX_CGROUPS:
+        return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
     d = derived(p)
-    if p["MINB"] * d["THREADS"] > SM_THREADS:
+    if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
     if d["THREADS"] % 32 or d["THREADS"] > MAX_THREADS:
         return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {MAX_THREADS}"
+    if cgroups(p) * d["THREADS"] > MAX_THREADS:
+        return f"CGROUPS groups of THREADS threads must be at most {MAX_THREADS} threads"
     if p["ET"] * p["KT"] * p["TT"] > MAX_ACCUMULATORS:
         return f"at most {MAX_ACCUMULATORS} accumulators per thread (ET*KT*TT)"
     if d["X_ITEMS"] > MAX_X_ITEMS:
@@ -157,6 +170,10 @@ def split_c(params: Params) -> int:
     return int(params.get("SPLIT_C", dict(DEFAULTS)["SPLIT_C"]))
 
 
+def cgroups(params: Params) -> int:
+    return int(params.get("CGROUPS", dict(DEFAULTS)["CGROUPS"]))
+
+
 def rounds(params: Params) -> int:
     """Epilogue rounds: ROUNDS, or KT when absent or 0 (one thread-tile channel a round)."""
     return int(params.get("ROUNDS", 0)) or int(params["KT"])
@@ -169,7 +186,7 @@ def depth(params: Params) -> int:
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
     grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
-    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+    return Launch(grid, (cgroups(params) * d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
