@@ -62,8 +62,9 @@ GOOD = {
     "unroll4_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, UNROLL=4),
     # CGROUPS: groups of a block on their own slices of the input channels, M summed in the epilogue
     "cg2_p0": dict(TILES=16, KB=16, CB=4, KT=4, TT=4, ET=2, SPAD=0, PIPE=0, MINB=1, CGROUPS=2),  # 2 x 128 threads
-    "cg2_regs": dict(TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1,
-                     CGROUPS=2),  # 2 x 192 threads, register ring
+    "cg2_regs": dict(
+        TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1, CGROUPS=2
+    ),  # 2 x 192 threads, register ring
     "cg3_cp_split": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, CGROUPS=3, SPLIT_C=2),
     "cg4_pipe": dict(TILES=8, KB=16, CB=4, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, ROUNDS=2, CGROUPS=4),  # 4 x 128
 }
@@ -433,8 +434,8 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    for label in ("split2", "split3_p0", "split4_cp", "deep3", "deep4_split", "unroll_full", "deep2_regs", "cg2_regs",
-                  "cg3_cp_split", "cg4_pipe"):
+    labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe"
+    for label in labels.split():
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")
