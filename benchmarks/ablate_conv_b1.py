@@ -1,0 +1,99 @@
+"""Where a winograd kernel's time goes on the batch-1 56x56x64 layer: the verified kernel, then copies of its
+source with one phase cut out, each timed by the search's harness (L2 flushed before every launch).
+
+    python3 benchmarks/ablate_conv_b1.py [--layout NCHW] [--out results.json] ['{"TILES": 24, ...}' ...]
+
+Variants (diagnostic only: a cut kernel computes wrong numbers, so only "full" is verified):
+  full        the kernel as tuned
+  no_gemm     the 16 GEMMs of every step removed (loads, transforms, barriers and epilogue stay)
+  no_global   raw operands made from their addresses instead of loaded (transforms and GEMMs stay)
+  gemm_only   the transforms removed, and with them the loads (GEMMs, barriers and epilogue stay)
+  skeleton    transforms and GEMMs removed: launch, addressing, barriers and the epilogue
+The differences say what each phase costs where the others overlap it; they do not add up exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from autotune.bench import L2Flusher, TimingPlan, time_launches
+from autotune.compiler import compile_source
+from autotune.device import current_gpu
+from autotune.evaluate import Candidate, Settings, evaluate, load_kernel, render_candidate
+from autotune.kernels import FAMILIES
+from autotune.space import Config
+from autotune.verify import tolerance_for
+
+CONV = FAMILIES["conv2d"]
+W1811 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1)
+W1915 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1)
+
+GEMM = "auto gemm = [&](const float* st) {"
+TRANSFORM = "auto transform = [&](float* st, auto xv, auto wv) {"
+LOAD = "const T v = ok ? *ptr : zero;"
+FAKE = "const T v = ok ? __int_as_float(((int)(size_t)ptr & 0x007fffff) | 0x3f800000) : zero;"  # in [1, 2)
+CUTS = {
+    "full": [],
+    "no_gemm": [(GEMM, GEMM + " return;")],
+    "no_global": [(LOAD, FAKE)],
+    "gemm_only": [(TRANSFORM, TRANSFORM + " return;")],
+    "skeleton": [(GEMM, GEMM + " return;"), (TRANSFORM, TRANSFORM + " return;")],
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layout", default="NCHW")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: the 18:11 and 19:15 winners)")
+    args = ap.parse_args()
+    gpu = current_gpu()
+    plan = TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0)
+    settings = Settings(arch=gpu.arch, tolerance=tolerance_for("float32"), max_shared_bytes=gpu.max_shared_per_block,
+                        timing=plan)  # fmt: skip
+    problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", args.layout)
+    inputs = CONV.make_inputs(problem, seed=3)
+    import cupy as cp
+
+    out = cp.empty(CONV.shapes(problem)[2], dtype=cp.float32)
+    flush = L2Flusher()
+    rows = []
+    configs = [json.loads(c) for c in args.configs] or [W1811, W1915]
+    print(f"{'variant':<10} {'us':>7} {'regs':>5}  kernel")
+    for params in configs:
+        cand = Candidate("conv2d", "winograd", problem, Config.of(params))
+        checked = evaluate(cand, settings, flush)
+        print(f"verified: {checked.status.value} {checked.kernel_name}")
+        if checked.status.value != "complete":
+            continue
+        base = render_candidate(cand, settings)
+        launch = CONV.launch("winograd", params, problem)
+        for label, cuts in CUTS.items():
+            source = base.source
+            for old, new in cuts:
+                assert old in source, f"{label}: {old!r} not in the source"
+                source = source.replace(old, new)
+            compiled = compile_source(source, base.kernel_name, gpu.arch)
+            if not compiled.ok:
+                print(f"{label:<10} compile failed: {compiled.error[:200]}")
+                continue
+            fn = load_kernel(compiled, launch.shared_bytes)
+            kargs = CONV.kernel_args(problem, inputs, out)
+
+            def run(fn=fn, kargs=kargs, launch=launch) -> None:
+                fn(launch.grid, launch.block, kargs, shared_mem=launch.shared_bytes)
+
+            t = time_launches(run, flush, plan)
+            us = t.median_ms * 1e3
+            rows.append({"kernel": base.kernel_name, "params": params, "variant": label, "us": us,
+                         "registers": compiled.registers, "spills": compiled.spills, "repeats": t.repeats})  # fmt: skip
+            print(f"{label:<10} {us:>7.2f} {compiled.registers:>5}  {base.kernel_name}")
+    if args.out:
+        args.out.write_text(json.dumps({"gpu": gpu.name, "layout": args.layout, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
