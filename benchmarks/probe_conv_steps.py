@@ -24,6 +24,8 @@ WINNER = dict(TILES=32, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=2)  
 DEEP = dict(WINNER, PIPE=2, MINB=1)
 # batch-1 56x56 winner of 18:11 UTC (13.6 us)
 W1811 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1)
+# ... and of 19:15 UTC (configs/conv_b1.yaml, 13.7 us)
+W1915 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1)
 CONFIGS = {
     "winner": WINNER,
     "pipe2": DEEP,
@@ -61,6 +63,11 @@ CONFIGS = {
     "cg2t8cb16": dict(W1811, TT=8, DEPTH=1, CGROUPS=2),
     "cg2t8p2": dict(W1811, TT=8, CB=8, PIPE=2, CGROUPS=2),
     "cg4t8p0": dict(W1811, TT=8, CB=8, PIPE=0, DEPTH=1, UNROLL=0, CGROUPS=4),  # 768 threads, 2 steps a group
+    # PREFETCH: the GEMMs' next channel's fragments read during this channel's FMAs
+    "w1915": W1915,
+    "w1915pf": dict(W1915, PREFETCH=1),
+    "w1915pfd2": dict(W1915, PREFETCH=1, DEPTH=2),
+    "w1811pf": dict(W1811, PREFETCH=1),
 }
 
 

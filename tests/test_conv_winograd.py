@@ -67,6 +67,13 @@ GOOD = {
     ),  # 2 x 192 threads, register ring
     "cg3_cp_split": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, CGROUPS=3, SPLIT_C=2),
     "cg4_pipe": dict(TILES=8, KB=16, CB=4, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, ROUNDS=2, CGROUPS=4),  # 4 x 128
+    # PREFETCH: the GEMMs' next channel read from shared memory during this one's FMAs
+    "pf_b1": dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PREFETCH=1),  # batch 1
+    "pf_wide": dict(TILES=32, KB=64, CB=8, KT=8, TT=8, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=1),  # 2 float4 chunks
+    "pf_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, PREFETCH=1, UNROLL=4),
+    "pf_deep_cg": dict(
+        TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, PREFETCH=1, CGROUPS=2
+    ),  # fmt: skip
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -74,8 +81,11 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS")  # fmt: skip
-    assert info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS") and info.kind("UNROLL") == "int>=0"
+                           "ROUNDS", "CGROUPS", "PREFETCH")  # fmt: skip
+    assert (
+        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH")
+        and info.kind("UNROLL") == "int>=0"
+    )
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
     assert template_path("conv2d", "winograd") == ROOT / "templates" / "conv" / "winograd.cu.j2"
@@ -101,6 +111,7 @@ REJECTED = [
     (dict(D, ROUNDS=3), "ROUNDS must divide KT"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
+    (dict(D, PREFETCH=2), "PREFETCH must be 0 or 1"),
     (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
     (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
@@ -285,6 +296,12 @@ EMULATED = [
     ("cg3_cp_split", [2, 7, 7, 9, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 3 steps over 6: three empty slices
     ("cg4_pipe", [1, 17, 11, 13, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps over 4 groups
     ("cg4_pipe", [2, 9, 7, 9, 37, 3, 3, 1, 0], "float16", "NHWC"),  # 3 steps: one group empty
+    # PREFETCH: every channel of a step, the last one partial; CB 3 with UNROLL 4 (a partial unrolled pass)
+    ("pf_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial, K past a block
+    ("pf_b1", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float16", "NHWC"),
+    ("pf_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
+    ("pf_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
+    ("pf_deep_cg", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 5 steps in 2 groups
 ]
 
 
@@ -415,6 +432,16 @@ def test_depth_is_optional_and_leaves_the_shallow_source_unchanged():
     assert CONV.launch("winograd", dict(cp, DEPTH=3), p).shared_bytes == base + 2 * raw
 
 
+def test_prefetch_is_optional_and_leaves_the_plain_source_unchanged():
+    p = CONV.problem(PROBLEM, "float32")
+    plain, zero, one = render("conv2d", "winograd", D, p), render("conv2d", "winograd", dict(D, PREFETCH=0), p), \
+        render("conv2d", "winograd", dict(D, PREFETCH=1), p)  # fmt: skip
+    assert (zero.kernel_name, zero.source_hash) == (plain.kernel_name, plain.source_hash)
+    assert "PREFETCH" not in plain.source and "fetch(" not in plain.source
+    assert one.kernel_name == plain.kernel_name + "_prefetch1" and "if (c + 1 < CB) fetch(c + 1);" in one.source
+    assert CONV.launch("winograd", dict(D, PREFETCH=1), p) == CONV.launch("winograd", D, p)
+
+
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
     """Absent or 1: the kernel name and source of before CGROUPS existed (stored winners keep their
     source_hash); above 1 the block is CGROUPS groups, each with its own shared buffers and named barrier."""
@@ -434,7 +461,7 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe"
+    labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
     for label in labels.split():
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"

@@ -27,6 +27,8 @@ One fused kernel, so a candidate's time includes every transform:
   DEPTH    (optional, default 1; PIPE 1 or 2) DEPTH raw buffers in a ring (PIPE 1: register sets, PIPE 2: shared
            buffers): step s + DEPTH's loads are issued before step s's GEMMs, so a block has DEPTH steps of loads in
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
+  PREFETCH (optional, default 0) 1: the GEMMs read the next channel's U and V fragments from shared memory
+           during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -57,11 +59,12 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
+    "PREFETCH",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1))
-KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0))
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -139,6 +142,8 @@ def check(params: Params) -> str | None:
         return f"DEPTH must be 1 to {MAX_DEPTH}"
     if depth(p) > 1 and p["PIPE"] not in (1, 2):
         return "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"
+    if int(p.get("PREFETCH", 0)) not in (0, 1):
+        return "PREFETCH must be 0 or 1"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
     d = derived(p)
