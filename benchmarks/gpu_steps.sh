@@ -2,8 +2,8 @@
 # One device call, several named steps:  bash benchmarks/gpu_steps.sh "name:command" ["name:command" ...]
 # Each step's output goes to <name>.log (its tail is printed); every step gets what is left of BUDGET_S
 # (default 570 s, inside the device call's 600 s) and later steps are skipped when under 20 s remain.
-# $RESULTS is a folder steps may write to; tuned/ and runs/ are copied at the end, and everything lands
-# in $OUT/session.tar.gz (the device tool brings back few files).
+# $RESULTS is a folder steps may write to; tuned/, runs/ and benchmarks/results/ are copied at the end, and
+# everything lands in $OUT/session.tar.gz (the device tool brings back few files).
 set -uo pipefail
 OUT=${OUT:-out}
 LOGS=$(mktemp -d)
@@ -27,4 +27,6 @@ for step in "$@"; do
 done
 [[ -d tuned ]] && cp -r tuned "$LOGS/"
 [[ -d runs ]] && cp -r runs "$LOGS/"
+# Scripts that write into the tree (tuned_vs_vendor.py's default --out) would otherwise leave it on the device.
+[[ -d benchmarks/results ]] && cp -r benchmarks/results "$LOGS/bench_results"
 tar -czf "$OUT/session.tar.gz" -C "$LOGS" .
