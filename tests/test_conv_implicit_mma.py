@@ -114,15 +114,21 @@ def test_auto_offers_implicit_mma():
     assert r.template == "implicit_mma"
 
 
-@pytest.mark.parametrize("label", list(GOOD))
-def test_compiles_for_sm90_without_spills(label):
-    problem = CONV.problem("n32c64h56w56k64r3s3u1p1", "float16", "NHWC")
-    c = render_candidate(Candidate("conv2d", "implicit_mma", problem, Config.of(GOOD[label])), SETTINGS)
+def _compiles_without_spills(label, params, shape):
+    """The rendered candidate, after checking it compiles for sm_90 with no spills and some register margin."""
+    problem = CONV.problem(shape, "float16", "NHWC")
+    c = render_candidate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), SETTINGS)
     assert c.status is None, c.reason
     r = compile_source(c.source, c.kernel_name, "sm_90")
     assert r.ok, r.error
     assert r.spills == 0 and r.stack_bytes == 0, f"spills {r.spills} bytes ({r.registers} registers)"
     assert r.registers <= MAX_REGISTERS.get(label, 232), f"{r.registers} registers: no margin left"
+    return c
+
+
+@pytest.mark.parametrize("label", list(GOOD))
+def test_compiles_for_sm90_without_spills(label):
+    c = _compiles_without_spills(label, GOOD[label], "n32c64h56w56k64r3s3u1p1")
     assert "mma.sync" in c.source and "ldmatrix" in c.source
 
 
@@ -379,14 +385,7 @@ def test_split_k_static_assert_mirrors_the_check():
 
 @pytest.mark.parametrize("label", ["128x128x32s3_w64x32", "64x128x32s4", "32x32x16s2", "128x128x32s3_w64x64"])
 def test_split_k_compiles_for_sm90_without_spills(label):
-    problem = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
-    params = dict(GOOD[label], SPLIT_K=4)
-    c = render_candidate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), SETTINGS)
-    assert c.status is None, c.reason
-    r = compile_source(c.source, c.kernel_name, "sm_90")
-    assert r.ok, r.error
-    assert r.spills == 0 and r.stack_bytes == 0, f"spills {r.spills} bytes ({r.registers} registers)"
-    assert r.registers <= MAX_REGISTERS.get(label, 232), f"{r.registers} registers: no margin left"
+    c = _compiles_without_spills(label, dict(GOOD[label], SPLIT_K=4), "n32c512h7w7k512r3s3u1p1")
     assert "float* __restrict__ partial" in c.source and "atomicAdd(counters" in c.source
 
 
