@@ -245,11 +245,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return tune(spec, problems, args)
 
 
+COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --limit may render (gemm.yaml: 103,680)
+
+
 def compile_only(spec: Any, args: argparse.Namespace) -> int:
     from .compile_pool import CompilePool
     from .compiler import nvrtc_version, require_nvrtc
     from .evaluate import Candidate, Settings, render_candidate, static_check
     from .report import compile_table
+    from .space import Config
 
     require_nvrtc()
     arch = args.arch
@@ -265,7 +269,9 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
     # Kernels take the shape at run time, but the source depends on the dtype, the layout and (for some
     # templates) the operands' alignment: every distinct source of the spec's problems is compiled once.
     candidates, invalid, sources = [], 0, set()
-    for config in spec.space.enumerate():
+
+    def add(config: Any) -> None:
+        nonlocal invalid
         for problem in spec.problems:
             cand = Candidate(spec.kernel, spec.template, problem, config)
             if static_check(cand, settings) is not None:
@@ -275,12 +281,34 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
             if c.source_hash not in sources:
                 sources.add(c.source_hash)
                 candidates.append(c)
-    total = len(candidates)
-    if args.limit and args.limit < total:
-        candidates = random.Random(spec.seed).sample(candidates, args.limit)
-    rendered = candidates
+
+    if args.limit:
+        # A seeded sample without rendering the whole space (the conv specs have millions of configurations):
+        # random walks through the parameters, constraints checked, until `limit` distinct valid sources.
+        rng, seen = random.Random(spec.seed), set()
+        for _ in range(max(1000, 200 * args.limit)):
+            if len(candidates) >= args.limit:
+                break
+            config = Config.of(spec.space.walk(lambda p: rng.choice(p.values)))
+            if config.key in seen or spec.space.violated(config.as_dict()):
+                continue
+            seen.add(config.key)
+            add(config)
+        rendered = candidates[: args.limit]
+        found = f"{len(rendered)} valid sources sampled"
+    else:
+        size = spec.space.size_before_constraints()
+        if size > COMPILE_ALL_LIMIT:
+            raise AutotuneError(
+                f"{spec.path}: its space has {size:,} configurations before constraints, too many to render "
+                "every one; compile a seeded sample with --limit N"
+            )
+        for config in spec.space.enumerate():
+            add(config)
+        rendered = candidates
+        found = f"{len(rendered)} valid sources"
     print(
-        f"{spec.path}: {total} valid sources ({invalid} candidates rejected before compiling); "
+        f"{spec.path}: {found} ({invalid} candidates rejected before compiling); "
         f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
         file=sys.stderr,
     )
