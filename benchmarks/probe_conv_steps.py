@@ -68,14 +68,6 @@ CONFIGS = {
     "w1915pf": dict(W1915, PREFETCH=1),
     "w1915pfd2": dict(W1915, PREFETCH=1, DEPTH=2),
     "w1811pf": dict(W1811, PREFETCH=1),
-    # PRODUCERS: warps that load and transform apart from the GEMM warps
-    "prod128": dict(W1915, PRODUCERS=128),
-    "prod128pf": dict(W1915, PRODUCERS=128, PREFETCH=1),
-    "prod256": dict(W1915, PRODUCERS=256),
-    "prod256cb8": dict(W1915, PRODUCERS=256, CB=8),
-    "prod128cb8": dict(W1915, PRODUCERS=128, CB=8),
-    "prod128tt8": dict(W1915, PRODUCERS=128, TT=8, PREFETCH=1),
-    "prod384": dict(W1915, PRODUCERS=384),
 }
 
 

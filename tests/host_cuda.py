@@ -29,19 +29,15 @@ std::barrier<>* g_bar;
 float* g_smem;
 unsigned g_smem_bytes;  // dynamic shared memory given to the launch
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
-// Named barriers of N threads (bar.sync / bar.arrive id, N): one std::barrier per id, made on first use.
-template <int N> inline std::barrier<>& host_named_barrier(int id) {
+// bar.sync g + 1, N: named barrier g of a block's N-thread group; one std::barrier per group, made on first use.
+template <int N> inline void host_sync_group(int g) {
   static std::barrier<>* bars = [] {
     auto* b = static_cast<std::barrier<>*>(::operator new(16 * sizeof(std::barrier<>)));
     for (int i = 0; i < 16; ++i) new (b + i) std::barrier<>(N);
     return b;
   }();
-  return bars[id];
+  bars[g].arrive_and_wait();
 }
-template <int N> inline void host_bar_sync(int id) { host_named_barrier<N>(id).arrive_and_wait(); }
-template <int N> inline void host_bar_arrive(int id) { (void)host_named_barrier<N>(id).arrive(); }
-// bar.sync g + 1, N: the barrier of a block's N-thread group g.
-template <int N> inline void host_sync_group(int g) { host_bar_sync<N>(g + 1); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 #define __global__
 #define __device__

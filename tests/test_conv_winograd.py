@@ -71,12 +71,6 @@ GOOD = {
     "pf_b1": dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PREFETCH=1),  # batch 1
     "pf_wide": dict(TILES=32, KB=64, CB=8, KT=8, TT=8, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=1),  # 2 float4 chunks
     "pf_odd_cb": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, PREFETCH=1, UNROLL=4),
-    # PRODUCERS: warps that load and transform apart from the GEMM warps, named barriers per stage
-    "prod_b1": dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PRODUCERS=128),
-    "prod_small": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, PRODUCERS=32),  # 2 tiles each
-    "prod_split": dict(
-        TILES=8, KB=16, CB=4, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, SPLIT_C=2, ROUNDS=2, PRODUCERS=64, PREFETCH=1
-    ),  # fmt: skip
     "pf_deep_cg": dict(
         TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, PREFETCH=1, CGROUPS=2
     ),  # fmt: skip
@@ -87,9 +81,9 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS", "PREFETCH", "PRODUCERS")  # fmt: skip
+                           "ROUNDS", "CGROUPS", "PREFETCH")  # fmt: skip
     assert (
-        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "PRODUCERS")
+        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH")
         and info.kind("UNROLL") == "int>=0"
     )
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
@@ -118,9 +112,6 @@ REJECTED = [
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
     (dict(D, PREFETCH=2), "PREFETCH must be 0 or 1"),
-    (dict(D, PRODUCERS=64), "PRODUCERS must be whole warps, with PIPE 1 and without DEPTH or CGROUPS"),
-    (dict(D, PIPE=1, PRODUCERS=48), "PRODUCERS must be whole warps, with PIPE 1 and without DEPTH or CGROUPS"),
-    (dict(D, PIPE=1, PRODUCERS=544), "THREADS + PRODUCERS must be at most 1024 threads"),
     (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
     (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
@@ -311,14 +302,6 @@ EMULATED = [
     ("pf_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
     ("pf_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
     ("pf_deep_cg", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 5 steps in 2 groups
-    # PRODUCERS: 1, 2, 3 and 5 steps (both stages reused), K past a block; SPLIT_C with empty slices
-    ("prod_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial
-    ("prod_b1", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float16", "NHWC"),  # 2 steps
-    ("prod_b1", [1, 5, 7, 9, 16, 3, 3, 1, 1], "float32", "NHWC"),  # 1 step
-    ("prod_small", [2, 14, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),  # CB = 3: 5 steps
-    ("prod_small", [2, 7, 7, 9, 6, 3, 3, 1, 1], "float16", "NHWC"),
-    ("prod_split", [1, 17, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 5 steps in 2 slices
-    ("prod_split", [2, 3, 6, 7, 19, 3, 3, 1, 1], "float32", "NHWC"),  # 1 step in 2: one slice empty
 ]
 
 
@@ -459,19 +442,6 @@ def test_prefetch_is_optional_and_leaves_the_plain_source_unchanged():
     assert CONV.launch("winograd", dict(D, PREFETCH=1), p) == CONV.launch("winograd", D, p)
 
 
-def test_producers_are_optional_and_add_threads_to_the_block():
-    p = CONV.problem(PROBLEM, "float32")
-    base = GOOD["pf_b1"]
-    plain = render("conv2d", "winograd", base, p)
-    zero, spec = (render("conv2d", "winograd", dict(base, PRODUCERS=n), p) for n in (0, 128))
-    assert (zero.kernel_name, zero.source_hash) == (plain.kernel_name, plain.source_hash)
-    assert "PRODUCERS" not in plain.source and "bar.arrive" not in plain.source
-    assert spec.kernel_name == plain.kernel_name + "_producers128" and "bar.arrive" in spec.source
-    launch = CONV.launch("winograd", dict(base, PRODUCERS=128), p)
-    assert launch.block[0] == CONV.launch("winograd", base, p).block[0] + 128
-    assert CONV.derived("winograd", dict(base, PRODUCERS=128))["X_ITEMS"] == 16 * 24 // 128  # spread over producers
-
-
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
     """Absent or 1: the kernel name and source of before CGROUPS existed (stored winners keep their
     source_hash); above 1 the block is CGROUPS groups, each with its own shared buffers and named barrier."""
@@ -491,8 +461,7 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
-    labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe"
-    labels += " pf_b1 prod_b1"
+    labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
     for label in labels.split():
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"

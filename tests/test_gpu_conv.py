@@ -104,11 +104,6 @@ WINOGRAD_CONFIGS = [
     dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PREFETCH=1),
     dict(TILES=32, KB=64, CB=8, KT=8, TT=8, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=1),
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, PREFETCH=1, UNROLL=4),
-    # PRODUCERS: load-and-transform warps apart from the GEMM warps
-    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PRODUCERS=128),
-    dict(TILES=24, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1, PRODUCERS=256, PREFETCH=1),
-    dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, PRODUCERS=32),
-    dict(TILES=8, KB=16, CB=4, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, SPLIT_C=2, ROUNDS=2, PRODUCERS=64),
 ]
 
 
@@ -119,8 +114,7 @@ WINOGRAD_CONFIGS = [
     WINOGRAD_CONFIGS,
     ids=lambda p: (
         f"t{p['TILES']}kb{p['KB']}kt{p['KT']}tt{p['TT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}"
-        f"s{p.get('SPLIT_C', 1)}d{p.get('DEPTH', 1)}r{p.get('ROUNDS', 0)}c{p.get('CGROUPS', 1)}"
-        f"f{p.get('PREFETCH', 0)}w{p.get('PRODUCERS', 0)}"
+        f"s{p.get('SPLIT_C', 1)}d{p.get('DEPTH', 1)}r{p.get('ROUNDS', 0)}c{p.get('CGROUPS', 1)}f{p.get('PREFETCH', 0)}"
     ),
 )
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):

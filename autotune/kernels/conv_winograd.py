@@ -29,10 +29,6 @@ One fused kernel, so a candidate's time includes every transform:
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
   PREFETCH (optional, default 0) 1: the GEMMs read the next channel's U and V fragments from shared memory
            during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step
-  PRODUCERS (optional, default 0; PIPE 1 without DEPTH or CGROUPS) that many more threads, after the GEMM
-           threads, load (a step ahead, in registers) and transform every step while the GEMM threads only run
-           GEMMs; they meet at named barriers per stage (full, free), so a step's transforms overlap the previous
-           step's GEMMs instead of following them. The transforms' items are spread over the producers.
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -63,17 +59,12 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
-    "PREFETCH", "PRODUCERS",
+    "PREFETCH",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (
-    ("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("PRODUCERS", 0),
-)  # fmt: skip
-KINDS = (
-    ("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"),
-    ("PRODUCERS", "int>=0"),
-)  # fmt: skip
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0))
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -105,8 +96,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     threads = eg * kg * tg
     kbs, ts = p["KB"] + p["SPAD"], p["TILES"] + p["SPAD"]
     stages = 2 if p["PIPE"] else 1
-    xt = producers(p) or threads  # threads that load and transform
-    x_items, w_items = -(-p["CB"] * p["TILES"] // xt), -(-p["CB"] * p["KB"] // xt)
+    x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
     raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
     staged = stages * 16 * p["CB"] * (kbs + ts) + depth(p) * raw * threads  # U and V per stage; PIPE 2's raw ring
     rc = p["KT"] // rounds(p) if p["KT"] % rounds(p) == 0 else 1  # thread-tile channels an epilogue round
@@ -122,8 +112,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "W_ITEMS": w_items,
         "ROUNDS": rounds(p),
         "RC": rc,
-        # (channel, tile) pairs a thread stores per epilogue round, over every thread of the block
-        "Y_ITEMS": -(-rc * kg * p["TILES"] // (threads * cgroups(p) + producers(p))),
+        "Y_ITEMS": -(-rc * kg * p["TILES"] // (threads * cgroups(p))),  # RC*TT*ET/16 <= 8 (at most 128 accumulators)
         "STAGES": stages,
         "RAW": raw,
         "SHARED_BYTES": 4 * cgroups(p) * max(staged, epilogue),
@@ -155,19 +144,15 @@ def check(params: Params) -> str | None:
         return "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"
     if int(p.get("PREFETCH", 0)) not in (0, 1):
         return "PREFETCH must be 0 or 1"
-    if producers(p) and (producers(p) % 32 or p["PIPE"] != 1 or depth(p) > 1 or cgroups(p) > 1):
-        return "PRODUCERS must be whole warps, with PIPE 1 and without DEPTH or CGROUPS"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
     d = derived(p)
-    if p["MINB"] * (cgroups(p) * d["THREADS"] + producers(p)) > SM_THREADS:
+    if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
     if d["THREADS"] % 32 or d["THREADS"] > MAX_THREADS:
         return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {MAX_THREADS}"
     if cgroups(p) * d["THREADS"] > MAX_THREADS:
         return f"CGROUPS groups of THREADS threads must be at most {MAX_THREADS} threads"
-    if d["THREADS"] + producers(p) > MAX_THREADS:
-        return f"THREADS + PRODUCERS must be at most {MAX_THREADS} threads"
     if p["ET"] * p["KT"] * p["TT"] > MAX_ACCUMULATORS:
         return f"at most {MAX_ACCUMULATORS} accumulators per thread (ET*KT*TT)"
     if d["X_ITEMS"] > MAX_X_ITEMS:
@@ -194,10 +179,6 @@ def cgroups(params: Params) -> int:
     return int(params.get("CGROUPS", dict(DEFAULTS)["CGROUPS"]))
 
 
-def producers(params: Params) -> int:
-    return int(params.get("PRODUCERS", dict(DEFAULTS)["PRODUCERS"]))
-
-
 def rounds(params: Params) -> int:
     """Epilogue rounds: ROUNDS, or KT when absent or 0 (one thread-tile channel a round)."""
     return int(params.get("ROUNDS", 0)) or int(params["KT"])
@@ -210,7 +191,7 @@ def depth(params: Params) -> int:
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
     grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
-    return Launch(grid, (cgroups(params) * d["THREADS"] + producers(params), 1, 1), d["SHARED_BYTES"])
+    return Launch(grid, (cgroups(params) * d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
