@@ -86,7 +86,7 @@ size_t g_smem_size;
 std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 
-struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; };
+struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; int size = 16; };
 thread_local std::vector<PendingCopy> t_open;
 thread_local std::vector<std::vector<PendingCopy>> t_groups;
 inline void cp_async16(void* dst, const void* src, bool in_bounds) {
@@ -96,10 +96,18 @@ inline void cp_async16(void* dst, const void* src, bool in_bounds) {
   else std::memset(c.bytes, 0, 16);
   t_open.push_back(c);
 }
+// cp.async.ca with 4 bytes (src-size 0: zero-filled); lands when cp.async.wait_group lets it, like cp_async16
+inline void cp_async4(void* dst, const void* src, bool in_bounds) {
+  PendingCopy c; c.dst = (unsigned char*)dst; c.size = 4;
+  if ((uintptr_t)dst % 4 || c.dst < g_smem_base || c.dst + 4 > g_smem_base + g_smem_size) { fprintf(stderr, "cp.async: bad shared address\n"); abort(); }
+  std::memset(c.bytes, 0, 16);
+  if (in_bounds) std::memcpy(c.bytes, src, 4);
+  t_open.push_back(c);
+}
 inline void cp_async_commit() { t_groups.push_back(t_open); t_open.clear(); }
 template <int N> inline void cp_async_wait() {
   while (t_groups.size() > (size_t)N) {
-    for (auto& c : t_groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    for (auto& c : t_groups.front()) std::memcpy(c.dst, c.bytes, c.size);
     t_groups.erase(t_groups.begin());
   }
 }
@@ -155,6 +163,32 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (
     const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
     float s = d[e];
     for (int k = 0; k < 16; ++k) s += A_(row, k) * B_(k, col);
+    d[e] = s;
+  }
+  __syncwarp();
+}
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+// cvt.rna.tf32.f32: round the 23-bit mantissa to 10 bits, ties away from zero (sign-magnitude: add half an ulp)
+inline unsigned host_tf32(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+  return u & 0xffffe000u;
+}
+// d += A (16x8, row) B (8x8, col), tf32 (PTX ISA, mma.m16n8k8 .tf32; the low 13 bits of an operand are ignored):
+// a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4); b0 (k q, n g), b1 (k q+4, n g); c0, c1 (g, 2q..), c2, c3 (g+8, 2q..)
+inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  for (int i = 0; i < 4; ++i) g_wx[w].a[l][i] = a[i];
+  g_wx[w].b[l][0] = b0; g_wx[w].b[l][1] = b1;
+  __syncwarp();
+  auto tf = [](unsigned u) { return __uint_as_float(u & 0xffffe000u); };
+  auto A_ = [&](int r, int k) { return tf(g_wx[w].a[(r % 8) * 4 + k % 4][r / 8 + 2 * (k / 4)]); };
+  auto B_ = [&](int k, int n) { return tf(g_wx[w].b[n * 4 + k % 4][k / 4]); };
+  const int g = l / 4, q = l % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
+    float s = d[e];
+    for (int k = 0; k < 8; ++k) s += A_(row, k) * B_(k, col);
     d[e] = s;
   }
   __syncwarp();

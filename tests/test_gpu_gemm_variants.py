@@ -193,6 +193,29 @@ def test_skinny_split_k_relaunches_with_alpha_beta(settings, dtype):
         assert all(e < tolerance_for(dtype) for e in errors), errors
 
 
+SKINNY_TC = [
+    dict(WARPS=4, CW=1, MB=64, KC=16, STAGES=4, SPLIT_K=8, MINB=2),
+    dict(WARPS=4, CW=1, MB=32, KC=32, STAGES=3, SPLIT_K=8, MINB=2),
+    dict(WARPS=4, CW=2, MB=16, KC=16, STAGES=2, SPLIT_K=1, MINB=2),
+    dict(WARPS=2, CW=1, MB=8, KC=8, STAGES=6, SPLIT_K=16, MINB=4),
+]
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+@pytest.mark.parametrize("params", SKINNY_TC, ids=lambda p: f"mb{p['MB']}-cw{p['CW']}-sk{p['SPLIT_K']}")
+def test_skinny_tc_meets_the_float32_tolerance(settings, layout, params):
+    """3xTF32 on tensor cores is judged as float32 (1e-5), not as tfloat32."""
+    failures = _wrong_on(settings, "skinny_tc", "float32", layout, params, SKINNY_SHAPES + [(64, 4096, 4096)])
+    assert not failures, "\n".join(failures)
+
+
+def test_skinny_tc_split_k_relaunches_with_alpha_beta(settings):
+    for layout in ("NN", "TN"):
+        problem = GEMM.problem([37, 1001, 2999], "float32", layout)
+        errors = _launch_twice(settings, "skinny_tc", SKINNY_TC[1], problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for("float32") for e in errors), errors
+
+
 def _launch_twice(settings, template, params, problem, alpha, beta):
     """Launch the same compiled kernel (and the same scratch buffers) twice with alpha/beta, each time after
     its ``before`` steps (mma's packs); errors of both."""
@@ -360,3 +383,31 @@ def test_runtime_serves_the_stored_mma_winners(tmp_path, monkeypatch):
             assert launcher.provenance["step"] == "exact" and launcher.choice.template == "mma"
         if m % 8:
             assert launcher.provenance["step"] == "exact"
+
+
+def test_runtime_serves_the_stored_skinny_tc_winners(tmp_path, monkeypatch):
+    """Every stored skinny_tc entry (3xTF32) is served exactly by autotune.gemm and meets the float32 tolerance,
+    twice in a row on the same split-K scratch, with alpha and beta."""
+    import cupy as cp
+
+    import autotune
+    from autotune.device import current_gpu
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    path = Path(__file__).resolve().parent.parent / "tuned" / current_gpu().key / "gemm.json"
+    entries = json.loads(path.read_text())["entries"] if path.exists() else {}
+    shapes = [key.split("/")[2] for key, e in entries.items() if e.get("template") == "skinny_tc"]
+    if not shapes:
+        pytest.skip(f"no skinny_tc entry in {path}")
+    rng = cp.random.default_rng(13)
+    for shape in shapes:
+        m, n, k = (int(x) for x in shape.split("x"))
+        a = rng.standard_normal((m, k), dtype=cp.float32)
+        b = rng.standard_normal((k, n), dtype=cp.float32)
+        c = rng.standard_normal((m, n), dtype=cp.float32)
+        ref = 1.5 * (a.astype(cp.float64) @ b.astype(cp.float64)) - 0.5 * c.astype(cp.float64)
+        launcher = autotune.load("gemm", M=m, N=n, K=k, dtype="float32", layout="NN")
+        assert launcher.provenance["step"] == "exact" and launcher.choice.template == "skinny_tc", shape
+        for _ in range(2):
+            out = autotune.gemm(a, b, out=c.copy(), alpha=1.5, beta=-0.5)
+            assert _rel(out, ref) < tolerance_for("float32"), shape

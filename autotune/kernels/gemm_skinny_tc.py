@@ -1,0 +1,168 @@
+"""Skinny-M fp32 GEMM on tensor cores with fp32 accuracy (3xTF32): C[M,N] = alpha * op(A) @ B + beta * C.
+
+The template is templates/gemm/skinny_tc.cu.j2. Each fp32 operand is split into a tf32 high part and a tf32
+residual, and each fragment product is three mma.sync.m16n8k8 tf32 (high x high, high x residual, residual x
+high) with fp32 accumulation: fp32's accuracy (the float32 tolerance, not tfloat32's) from tensor cores. It
+exists because for M of 32-64 the fp32 FMA peak, not bandwidth, bounds a SIMT kernel (M = 64 needs 81% of it
+to reach 1.5x cuBLAS), while three tf32 mmas per product still leave the bytes of B as the bound.
+
+A block is WARPS warps side by side along N, each warp 32 * CW columns; MB rows of C per block (MB / 8 mmas);
+KC rows of K per chunk, copied (B and A) by cp.async into a ring of STAGES shared buffers, STAGES - 1 chunks
+in flight and one barrier per chunk; grid
+(ceil(M / MB), ceil(N / BN), SPLIT_K). Every derived quantity is computed here and only here; the template
+mirrors each check with a ``static_assert``.
+
+Example::
+
+    >>> p = dict(WARPS=8, CW=1, MB=64, KC=16, STAGES=4, SPLIT_K=8, MINB=1)
+    >>> launch(p, Problem(64, 4096, 4096, "float32")).grid
+    (1, 16, 8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Launch, Params
+
+PARAMS: tuple[str, ...] = ("WARPS", "CW", "MB", "KC", "STAGES", "SPLIT_K", "MINB")
+KINDS: tuple[tuple[str, str], ...] = ()
+DESCRIPTION = "skinny-M fp32 GEMM on tensor cores, fp32-accurate (3xTF32 mma.sync), B streamed once, split-K"
+
+DTYPES = {"float32": ("float", 4)}
+LAYOUTS = ("NN", "TN")  # NT (B stored N x K) is not implemented
+CWS = (1, 2, 4)
+MAX_WARPS = 16
+MAX_MB = 64
+MAX_KC = 128
+MAX_STAGES = 8
+MAX_ACCUMULATORS = 128  # 8 * CW * NT floats per thread
+MAX_THREADS_PER_SM = 2048
+REGS_PER_SM = 65536
+REG_SLACK = 64  # addresses, copy loops, the A^T fragments (measured on sm_90: about 2 x accumulators + 16 CW + 64)
+MAX_SHARED = 224 * 1024
+SHARED_PER_SM = 233472  # sm_90; each resident block also reserves 1 KiB
+MAX_GRID_YZ = 65535
+MAX_PARTIAL_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The shape a launch needs (the framework's problem object works the same)."""
+
+    M: int
+    N: int
+    K: int
+    dtype: str
+    layout: str = "NN"
+
+
+def variant(dtype: str, layout: str) -> dict[str, Any]:
+    """The dtype/layout keys of the render context."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if len(layout) != 2 or set(layout) - {"N", "T"}:
+        raise ValueError(f"layout {layout!r} is not two letters of N/T such as 'NN' or 'TN'")
+    return {"DTYPE": dtype, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": layout[1] == "T"}
+
+
+def _stride(least: int, residue: int) -> int:
+    """The smallest row stride >= least floats that is residue mod 32 (conflict-free fragment reads)."""
+    return least + (residue - least) % 32
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Threads, tile sizes and shared memory of a configuration. A's stage is sized for either layout, so
+    none of these depend on the variant except LDA (NN: [MB][LDA], LDA 4 mod 32; TN: [KC][LDA], 8 mod 32)."""
+    p = params
+    threads = 32 * p["WARPS"]
+    bn = 32 * p["CW"] * p["WARPS"]
+    nn, tn = _stride(p["KC"], 4), _stride(p["MB"], 8)
+    a_floats = max(p["MB"] * nn, p["KC"] * tn)
+    a_floats += -a_floats % 4
+    stage = p["KC"] * (bn + 8) + a_floats
+    return {
+        "THREADS": threads,
+        "BN": bn,
+        "BNP": bn + 8,
+        "NT": p["MB"] // 8,
+        "KS": p["KC"] // 8,
+        "LDA": tn if variant and variant.get("TRANS_A") else nn,
+        "A_FLOATS": a_floats,
+        "SHARED_BYTES": p["STAGES"] * stage * 4,
+        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+    }
+
+
+def register_estimate(params: Params) -> int:
+    """Accumulators and a k-step's mma sums beside them, the split B^T fragments of a k-step, and slack."""
+    p = params
+    return 2 * 8 * p["CW"] * (p["MB"] // 8) + 16 * p["CW"] + REG_SLACK
+
+
+def check(params: Params) -> str | None:
+    """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
+    p = params
+    if not 1 <= p["WARPS"] <= MAX_WARPS:
+        return f"WARPS must be 1 to {MAX_WARPS}"
+    if p["CW"] not in CWS:
+        return f"CW must be one of {', '.join(map(str, CWS))}"
+    if p["MB"] % 8 or not 8 <= p["MB"] <= MAX_MB:
+        return f"MB must be a multiple of 8 from 8 to {MAX_MB} (one mma covers 8 rows of C)"
+    if p["KC"] % 8 or not 8 <= p["KC"] <= MAX_KC:
+        return f"KC must be a multiple of 8 from 8 to {MAX_KC} (one mma covers 8 rows of K)"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    threads = 32 * p["WARPS"]
+    if threads * p["MINB"] > MAX_THREADS_PER_SM:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if 8 * p["CW"] * (p["MB"] // 8) > MAX_ACCUMULATORS:
+        return f"CW*MB = {p['CW'] * p['MB']} accumulators per thread exceeds {MAX_ACCUMULATORS}"
+    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > MAX_GRID_YZ:
+        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {MAX_GRID_YZ}"
+    d = derived(p)
+    if d["SHARED_BYTES"] > MAX_SHARED:
+        return f"STAGES x (KC x BN of B + A) need {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
+    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
+        return f"MINB = {p['MINB']} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
+    if register_estimate(p) > d["REG_CAP"]:
+        return (
+            f"needs about {register_estimate(p)} registers per thread, more than the {d['REG_CAP']} that "
+            f"MINB = {p['MINB']} blocks of {threads} threads allow"
+        )
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    d = derived(params)
+    grid = (-(-problem.M // params["MB"]), -(-problem.N // d["BN"]), params["SPLIT_K"])
+    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero."""
+    if params["SPLIT_K"] == 1:
+        return 0, 0
+    grid = launch(params, problem).grid
+    return params["SPLIT_K"] * problem.M * problem.N, grid[0] * grid[1]
+
+
+def check_problem(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot run this problem, or None."""
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} is not supported by the skinny_tc template (float32 only)"
+    if problem.layout not in LAYOUTS:
+        return (
+            f"layout {problem.layout} is not supported by the skinny_tc template, which needs B stored K x N "
+            f"row-major ({' or '.join(LAYOUTS)})"
+        )
+    if min(problem.M, problem.N, problem.K) < 1:
+        return "M, N and K must be at least 1"
+    strips = launch(params, problem).grid[1]
+    if strips > MAX_GRID_YZ:
+        return f"needs {strips} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger WARPS*CW"
+    floats = scratch(params, problem)[0]
+    if floats * 4 > MAX_PARTIAL_BYTES:
+        return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
+    return None

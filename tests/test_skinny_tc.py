@@ -1,0 +1,239 @@
+# ruff: noqa: E501 - the host emulator below is C++ kept in strings
+"""The 3xTF32 tensor-core skinny GEMM template without a GPU: configurations compile for sm_90 without spills,
+every Python check is mirrored by a static_assert, launches and scratch sizes are right, and the kernel meets
+the float32 tolerance (not tfloat32's) when its CUDA source runs on the host under the lane-exact mma.sync
+m16n8k8 tf32 emulation, on shapes that are no multiple of any tile, with split-K, beta and an unaligned B.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune.compiler import compile_source
+from autotune.kernels import gemm_skinny_tc as tc
+from autotune.kernels.base import Launch
+from autotune.kernels.gemm import GEMM
+from autotune.templates import render
+from tests.host_cuda import HEADER, MMA_PTX, gxx
+
+LAYOUTS = ("NN", "TN")
+
+GOOD = {
+    "m64": dict(WARPS=8, CW=1, MB=64, KC=16, STAGES=4, SPLIT_K=8, MINB=1),
+    "m32": dict(WARPS=4, CW=1, MB=32, KC=16, STAGES=4, SPLIT_K=8, MINB=2),
+    "m16_wide": dict(WARPS=4, CW=2, MB=16, KC=16, STAGES=3, SPLIT_K=4, MINB=2),
+    "m8_deep": dict(WARPS=4, CW=1, MB=8, KC=32, STAGES=4, SPLIT_K=16, MINB=2),
+    "one_warp": dict(WARPS=1, CW=1, MB=8, KC=8, STAGES=2, SPLIT_K=1, MINB=1),
+    "split3": dict(WARPS=2, CW=2, MB=16, KC=16, STAGES=3, SPLIT_K=3, MINB=2),
+}
+
+
+def rendered(p, layout, shape=(64, 4096, 4096)):
+    problem = GEMM.problem(list(shape), "float32", layout)
+    return render("gemm", "skinny_tc", p, problem)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_configurations_compile_for_sm90_without_spills(layout):
+    for label, p in GOOD.items():
+        assert tc.check(p) is None, label
+        r = rendered(p, layout)
+        c = compile_source(r.source, r.kernel_name, "sm_90")
+        assert c.ok, f"{label}: {c.error}"
+        assert c.registers and c.registers <= tc.derived(p)["REG_CAP"], label
+        assert c.spills == 0, f"{label} spills {c.spills} bytes"
+
+
+def test_render_names_the_math_and_uses_three_tf32_mmas_per_k_step():
+    r = rendered(GOOD["m32"], "TN")
+    assert r.kernel_name == "gemm_skinny_tc_f32_tn_warps4_cw1_mb32_kc16_stages4_split_k8_minb2"
+    assert "3xTF32" in r.source and "cp.async.cg.shared.global" in r.source
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.source
+    assert len(re.findall(r"mma_tf32\(d\[c\]\[u\]\[j\], a[hl]\[c\]\[u\], b[hl]0, b[hl]1\);", r.source)) == 3
+    assert "constexpr bool TRANS_A = true;" in r.source and "constexpr int LDA = 40;" in r.source
+    assert "constexpr int LDA = 36;" in rendered(GOOD["m32"], "NN").source
+    assert re.search(r"\(const float\* __restrict__ A, const float\* __restrict__ B, float\* __restrict__ C, int M, "
+                     r"int N, int K,\s+float alpha, float beta, float\* __restrict__ partial, unsigned int\* __restrict__ counters\)", r.source)  # fmt: skip
+
+
+def test_derived_values():
+    d = tc.derived(GOOD["m64"])
+    assert (d["THREADS"], d["BN"], d["BNP"], d["NT"], d["KS"]) == (256, 256, 264, 8, 2)
+    assert d["LDA"] == 36 and tc.derived(GOOD["m64"], {"TRANS_A": True})["LDA"] == 72  # 4 / 8 mod 32
+    assert d["A_FLOATS"] == max(64 * 36, 16 * 72)
+    assert d["SHARED_BYTES"] == 4 * (16 * 264 + 64 * 36) * 4
+    assert tc.derived(GOOD["one_warp"])["LDA"] == 36 and tc.derived(GOOD["one_warp"], {"TRANS_A": True})["LDA"] == 8
+    assert d["REG_CAP"] == 255 and tc.derived(GOOD["m32"])["REG_CAP"] == 255
+    assert tc.derived(GOOD["m16_wide"])["REG_CAP"] == 255 and tc.derived({**GOOD["m32"], "WARPS": 8})["REG_CAP"] == 128
+
+
+BROKEN = [
+    ("m32", dict(WARPS=17), ["WARPS"]),
+    ("m32", dict(CW=3), ["CW"]),
+    ("m32", dict(MB=12), ["MB", "multiple of 8"]),
+    ("m32", dict(MB=72), ["MB"]),
+    ("m32", dict(KC=20), ["KC"]),
+    ("m32", dict(STAGES=1), ["STAGES"]),
+    ("m32", dict(STAGES=9), ["STAGES"]),
+    ("m32", dict(WARPS=16, MINB=8), ["threads per SM"]),
+    ("m64", dict(CW=4), ["accumulators"]),
+    ("m64", dict(KC=128, STAGES=8), ["shared memory"]),
+    ("m32", dict(STAGES=8, WARPS=8), ["exceed an SM"]),
+    ("m64", dict(MINB=2), ["registers per thread"]),
+]
+
+
+@pytest.mark.parametrize("base,change,words", BROKEN)
+def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words):
+    p = {**GOOD[base], **change}
+    reason = tc.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered(p, "NN")
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {change}"
+
+
+def test_launch_scratch_and_check_problem():
+    p = GOOD["m64"]
+    problem = tc.Problem(64, 4096, 4096, "float32")
+    assert tc.launch(p, problem) == Launch((1, 16, 8), (256, 1, 1), tc.derived(p)["SHARED_BYTES"])
+    assert tc.launch(p, tc.Problem(65, 4097, 7, "float32")).grid == (2, 17, 8)
+    assert tc.scratch(p, problem) == (8 * 64 * 4096, 16)
+    assert tc.scratch(GOOD["one_warp"], problem) == (0, 0)
+    assert tc.check_problem(p, problem) is None
+    assert "float32 only" in tc.check_problem(p, tc.Problem(64, 64, 64, "float16"))
+    assert "NT" in tc.check_problem(p, tc.Problem(64, 64, 64, "float32", "NT"))
+    assert "512 MiB" in tc.check_problem({**p, "SPLIT_K": 4096}, tc.Problem(64, 4096, 4096, "float32"))
+    assert GEMM.check_problem("skinny_tc", p, GEMM.problem("8x8x8", "bfloat16", "NN")) is not None
+
+
+def test_params_and_kinds():
+    assert all(set(p) == set(tc.PARAMS) for p in GOOD.values())
+    assert "skinny_tc" in GEMM.templates and GEMM.templates["skinny_tc"].dtypes == ("float32",)
+
+
+# --- the kernel's arithmetic, run on the host -------------------------------------------------------------
+# One std::thread per CUDA thread, blocks one after another (the split-K block with the highest z is always the
+# last to arrive), mma.sync and cvt.rna.tf32 emulated lane by lane (tests/host_cuda.py). Shared memory starts as
+# NaN, so a fragment read from an unwritten slot poisons C.
+
+EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
+static std::vector<char> slurp(const char* path) {
+  FILE* f = fopen(path, "rb"); std::vector<char> v; if (!f) { perror(path); exit(2); }
+  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
+}
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
+  float alpha = atof(argv[5]), beta = atof(argv[6]);
+  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
+  int threads = atoi(argv[10]); size_t smem_bytes = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
+  std::vector<char> bbig(b.size() + 256);  // 128-aligned, then shifted by boff floats
+  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(float);
+  std::memcpy(bptr, b.data(), b.size());
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
+  g_smem_size = smem_bytes;
+  g_smem = (float*)g_smem_base;
+  size_t nscratch = (size_t)gridDim.z * M * N + 4;
+  std::vector<float> pbig(nscratch, NAN);  // unwritten partials would poison C
+  float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
+  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
+  std::vector<char> c;
+  for (int rep = 0; rep < reps; ++rep) {
+    c = c0;
+    for (unsigned z = 0; z < gridDim.z; ++z)
+      for (unsigned y = 0; y < gridDim.y; ++y)
+        for (unsigned x = 0; x < gridDim.x; ++x) {
+          blockIdx = {x, y, z};
+          std::barrier<> bar(threads);
+          g_bar = &bar;
+          std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+          for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
+          std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
+          std::vector<std::thread> ts;
+          for (int t = 0; t < threads; ++t)
+            ts.emplace_back([&, t] {
+              threadIdx = {(unsigned)t, 0, 0};
+              KERNEL((const float*)a.data(), (const float*)bptr, (float*)c.data(), M, N, K, alpha, beta, partial, counters.data());
+            });
+          for (auto& th : ts) th.join();
+        }
+    for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
+  }
+  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
+  return 0;
+}
+"""
+
+
+def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
+    compiler = gxx()
+    if compiler is None:
+        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+    r = rendered(p, layout, shape)
+    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
+    decl = "extern __shared__ __align__(16) float smem[];"
+    assert decl in src
+    src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
+    src = patch(src)
+    (tmp_path / "k.cpp").write_text(
+        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+    )
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+
+    M, N, K = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = rng.standard_normal((M, N)).astype(np.float32)
+    np.ascontiguousarray(a.T if layout[0] == "T" else a).tofile(tmp_path / "a.bin")
+    b.tofile(tmp_path / "b.bin")
+    c.tofile(tmp_path / "c.bin")
+    launch = tc.launch(p, tc.Problem(M, N, K, "float32", layout))
+    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0], launch.shared_bytes]
+    args += [b_offset, reps]
+    run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    out = np.fromfile(tmp_path / "out.bin", np.float32).reshape(M, N).astype(np.float64)
+    ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c.astype(np.float64)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+EMULATED = [
+    # config, layout, (M, N, K), alpha, beta, B shifted by this many floats (0: 16-byte aligned)
+    ("m32", "NN", (32, 256, 300), 1.0, 0.0, 0),  # float4 loads, split-K 8 over an odd K
+    ("m16_wide", "TN", (13, 300, 77), 1.5, 0.5, 0),  # N % 4 == 0 but past the strip, beta, rows past M
+    ("m8_deep", "NN", (5, 130, 261), 1.0, -1.0, 1),  # unaligned B: scalar fallback, empty split-K slices
+    ("one_warp", "TN", (3, 37, 19), 2.0, 0.25, 0),  # N % 4 != 0: 4-byte copies; no split-K: alpha/beta
+    ("one_warp", "NN", (8, 40, 1000), 1.0, 0.0, 0),  # 125 chunks through a 2-stage ring
+    ("split3", "NN", (17, 129, 200), 1.0, 0.0, 2),  # split 3, two row groups, 8-byte-aligned B
+]
+
+
+@pytest.mark.parametrize("label,layout,shape,alpha,beta,b_offset", EMULATED)
+def test_emulated_kernel_meets_the_float32_tolerance(tmp_path, label, layout, shape, alpha, beta, b_offset):
+    err = _emulate(tmp_path, GOOD[label], layout, shape, alpha, beta, b_offset)
+    assert err < 1e-5, f"relative error {err:.2e} (float32 tolerance 1e-5)"
+
+
+def test_one_tf32_product_alone_misses_the_float32_tolerance(tmp_path):
+    """The residual products are what make it fp32: without them the same kernel is a plain tf32 GEMM."""
+    residual_terms = ("mma_tf32(d[c][u][j], al[c][u], bh0, bh1);", "mma_tf32(d[c][u][j], ah[c][u], bl0, bl1);")
+
+    def high_parts_only(src):
+        for term in residual_terms:
+            assert src.count(term) == 1
+            src = src.replace(term, "")
+        return src
+
+    args = (GOOD["one_warp"], "NN", (8, 64, 256), 1.0, 0.0, 0)
+    assert _emulate(tmp_path, *args) < 1e-5
+    assert _emulate(tmp_path, *args, patch=high_parts_only) > 1e-4
