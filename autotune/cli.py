@@ -35,6 +35,7 @@ examples:
   autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
   autotune run configs/gemm_fp16.yaml                 tensor cores (wmma, mma) for fp16; gemm_bf16.yaml too
   autotune run configs/gemm_skinny.yaml               decode shapes: the skinny template or wmma, with split-K
+  autotune run configs/gemm_skinny_fp32.yaml          fp32 decode shapes: SIMT skinny or 3xTF32 tensor cores
   autotune run configs/gemm_energy.yaml               time and J per launch: a Pareto front per shape
   autotune run configs/conv.yaml                      fp32 convolution: direct or implicit GEMM (auto), vs cuDNN
   autotune run configs/conv_fp16.yaml                 fp16 NHWC convolution: implicit GEMM on tensor cores, ...
