@@ -10,7 +10,7 @@ index so the blocks that read the same strip of B run together and share it thro
 
 Example::
 
-    >>> p = dict(VEC=4, TX=32, TY=8, MT=1, KR=4, SPLIT_K=8, PREFETCH=True)
+    >>> p = dict(VEC=4, TX=32, TY=8, MT=1, KR=4, SPLIT_K=8, PREFETCH=True, MINB=4)
     >>> launch(p, Problem(1, 4096, 4096, "float32", "NN")).grid
     (1, 32, 8)
 """
@@ -54,12 +54,17 @@ class Problem:
     layout: str = "NN"
 
 
-def variant(dtype: str, layout: str) -> dict[str, Any]:
-    """The dtype/layout keys of the render context, e.g. variant("float16", "TN")["T"] == "__half"."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+def check_variant(dtype: str, layout: str, dtypes: Any) -> None:
+    """Raise ValueError unless dtype is one of dtypes and layout two letters of N/T (skinny and skinny_tc)."""
+    if dtype not in dtypes:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(dtypes)}")
     if len(layout) != 2 or set(layout) - {"N", "T"}:
         raise ValueError(f"layout {layout!r} is not two letters of N/T such as 'NN' or 'TN'")
+
+
+def variant(dtype: str, layout: str) -> dict[str, Any]:
+    """The dtype/layout keys of the render context, e.g. variant("float16", "TN")["T"] == "__half"."""
+    check_variant(dtype, layout, DTYPES)
     t, es = DTYPES[dtype]
     return {
         "DTYPE": dtype,
@@ -145,38 +150,54 @@ def launch(params: Params, problem: Any) -> Launch:
     return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
+def split_k_scratch(split_k: int, problem: Any, grid: tuple[int, int, int]) -> tuple[int, int]:
+    """(floats of `partial`, unsigned `counters`) of a split-K launch of this grid (row groups x strips x
+    SPLIT_K); counters must start at zero. Shared with skinny_tc, whose split-K works the same way."""
+    if split_k == 1:
+        return 0, 0
+    return split_k * problem.M * problem.N, grid[0] * grid[1]
+
+
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
     """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero."""
-    if params["SPLIT_K"] == 1:
-        return 0, 0
-    grid = launch(params, problem).grid
-    return params["SPLIT_K"] * problem.M * problem.N, grid[0] * grid[1]
+    return split_k_scratch(params["SPLIT_K"], problem, launch(params, problem).grid)
+
+
+def unsupported(template: str, problem: Any, dtypes: Any, layouts: tuple[str, ...]) -> str | None:
+    """Why a streaming template (B read K x N row-major) cannot take this problem at all, or None."""
+    if problem.dtype not in dtypes:
+        return f"dtype {problem.dtype} is not supported by the {template} template ({', '.join(dtypes)})"
+    if problem.layout not in layouts:
+        return (
+            f"layout {problem.layout} is not supported by the {template} template, which needs B stored K x N "
+            f"row-major ({' or '.join(layouts)})"
+        )
+    if min(problem.M, problem.N, problem.K) < 1:
+        return "M, N and K must be at least 1"
+    return None
+
+
+def grid_problem(grid: tuple[int, int, int], floats: int, wider: str) -> str | None:
+    """Why a launch of this grid with this many split-K partial floats cannot run, or None."""
+    if grid[1] > MAX_GRID_YZ:
+        return f"needs {grid[1]} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger {wider}"
+    if floats * 4 > MAX_PARTIAL_BYTES:
+        return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
+    return None
 
 
 def check_problem(params: Params, problem: Any) -> str | None:
     """Why this configuration cannot run this problem, or None."""
-    if problem.dtype not in DTYPES:
-        return f"dtype {problem.dtype} is not supported by the skinny template ({', '.join(DTYPES)})"
-    if problem.layout not in LAYOUTS:
-        return (
-            f"layout {problem.layout} is not supported by the skinny template, which needs B stored K x N "
-            f"row-major ({' or '.join(LAYOUTS)})"
-        )
-    if min(problem.M, problem.N, problem.K) < 1:
-        return "M, N and K must be at least 1"
+    reason = unsupported("skinny", problem, DTYPES, LAYOUTS)
+    if reason:
+        return reason
     es = DTYPES[problem.dtype][1]
     if b_registers(params, es) > MAX_B_REGS:
         return f"KR rows of VEC {problem.dtype} elements need more than {MAX_B_REGS} B registers per thread"
     regs, cap = register_estimate(params, es), derived(params)["REG_CAP"]
     if regs > cap:
         return f"needs about {regs} registers per thread for {problem.dtype}, more than the {cap} MINB allows"
-    strips = launch(params, problem).grid[1]
-    if strips > MAX_GRID_YZ:
-        return f"needs {strips} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger TX*VEC"
-    floats = scratch(params, problem)[0]
-    if floats * 4 > MAX_PARTIAL_BYTES:
-        return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
-    return None
+    return grid_problem(launch(params, problem).grid, scratch(params, problem)[0], "TX*VEC")
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:

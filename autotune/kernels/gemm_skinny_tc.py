@@ -21,10 +21,11 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .base import Launch, Params
+from .gemm_skinny import MAX_GRID_YZ, check_variant, grid_problem, split_k_scratch, unsupported
+from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
 
 PARAMS: tuple[str, ...] = ("WARPS", "CW", "MB", "KC", "STAGES", "SPLIT_K", "MINB")
 KINDS: tuple[tuple[str, str], ...] = ()
@@ -43,27 +44,11 @@ REGS_PER_SM = 65536
 REG_SLACK = 64  # addresses, copy loops, the A^T fragments (measured on sm_90: about 2 x accumulators + 16 CW + 64)
 MAX_SHARED = 224 * 1024
 SHARED_PER_SM = 233472  # sm_90; each resident block also reserves 1 KiB
-MAX_GRID_YZ = 65535
-MAX_PARTIAL_BYTES = 512 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Problem:
-    """The shape a launch needs (the framework's problem object works the same)."""
-
-    M: int
-    N: int
-    K: int
-    dtype: str
-    layout: str = "NN"
 
 
 def variant(dtype: str, layout: str) -> dict[str, Any]:
     """The dtype/layout keys of the render context."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if len(layout) != 2 or set(layout) - {"N", "T"}:
-        raise ValueError(f"layout {layout!r} is not two letters of N/T such as 'NN' or 'TN'")
+    check_variant(dtype, layout, DTYPES)
     return {"DTYPE": dtype, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": layout[1] == "T"}
 
 
@@ -142,27 +127,11 @@ def launch(params: Params, problem: Any) -> Launch:
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
     """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero."""
-    if params["SPLIT_K"] == 1:
-        return 0, 0
-    grid = launch(params, problem).grid
-    return params["SPLIT_K"] * problem.M * problem.N, grid[0] * grid[1]
+    return split_k_scratch(params["SPLIT_K"], problem, launch(params, problem).grid)
 
 
 def check_problem(params: Params, problem: Any) -> str | None:
     """Why this configuration cannot run this problem, or None."""
-    if problem.dtype not in DTYPES:
-        return f"dtype {problem.dtype} is not supported by the skinny_tc template (float32 only)"
-    if problem.layout not in LAYOUTS:
-        return (
-            f"layout {problem.layout} is not supported by the skinny_tc template, which needs B stored K x N "
-            f"row-major ({' or '.join(LAYOUTS)})"
-        )
-    if min(problem.M, problem.N, problem.K) < 1:
-        return "M, N and K must be at least 1"
-    strips = launch(params, problem).grid[1]
-    if strips > MAX_GRID_YZ:
-        return f"needs {strips} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger WARPS*CW"
-    floats = scratch(params, problem)[0]
-    if floats * 4 > MAX_PARTIAL_BYTES:
-        return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
-    return None
+    return unsupported("skinny_tc", problem, DTYPES, LAYOUTS) or grid_problem(
+        launch(params, problem).grid, scratch(params, problem)[0], "WARPS*CW"
+    )
