@@ -236,10 +236,6 @@ def test_configurations_compile_for_sm90_without_spills(dtype, layout):
 EMU_HEADER = HEADER
 
 EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes
-static std::vector<char> slurp(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
-  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
-}
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);

@@ -209,10 +209,6 @@ def test_a_config_the_checks_reject_trips_a_static_assert_when_compiled_anyway(p
 EMU_PTX = MMA_PTX
 
 EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy threads smem_bytes, then per pack step: operand rows cols ld gx gy
-static std::vector<char> slurp(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
-  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
-}
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);

@@ -122,10 +122,6 @@ def test_params_and_kinds():
 # NaN, so a fragment read from an unwritten slot poisons C.
 
 EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
-static std::vector<char> slurp(const char* path) {
-  FILE* f = fopen(path, "rb"); std::vector<char> v; if (!f) { perror(path); exit(2); }
-  fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
-}
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
