@@ -34,7 +34,7 @@ from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
 from .store import read, tuned_file
-from .templates import installed_renders, render, template_hash
+from .templates import fits_installed, installed_renders, render, template_hash
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
     if entry.get("verified") is not True or template not in family.templates:
         log.debug("skip %s %s: not a verified entry of a known template", where, key)
         return False
-    if family.check(template, entry.get("params", {})) is not None:
+    if not fits_installed(kernel, template, dict(entry.get("params", {}))):
         log.debug("skip %s %s: its parameters do not fit the installed template", where, key)
         return False
     dtype, layout, label = key.split("/")

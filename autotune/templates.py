@@ -73,14 +73,25 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
     return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)
 
 
+def fits_installed(kernel: str, template: str, params: dict[str, Any]) -> bool:
+    """Whether stored parameters pass the installed template's checks. An entry stored by another version of
+    the template can lack a parameter it has since gained: that is a misfit, not an error."""
+    family = FAMILIES[kernel]
+    if template not in family.templates:
+        return False
+    try:
+        return family.check(template, params) is None
+    except (KeyError, TypeError):  # a parameter the installed template needs is missing or of another kind
+        return False
+
+
 def installed_renders(kernel: str, entry: dict[str, Any], problem: Any) -> bool:
     """Whether a stored entry's kernel is what the installed templates render for its own problem: tuned with
     this template file (same template hash), or the file changed since in ways that leave this entry's source
     byte-identical (same source hash, e.g. a variant added for other problems). False for parameters the
     installed template does not take."""
     template = str(entry.get("template"))
-    family = FAMILIES[kernel]
-    if template not in family.templates or family.check(template, entry.get("params", {})) is not None:
+    if not fits_installed(kernel, template, dict(entry.get("params", {}))):
         return False
     if entry.get("template_hash") == template_hash(kernel, template):
         return True

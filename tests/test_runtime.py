@@ -16,7 +16,7 @@ from autotune.export import export
 from autotune.kernels import FAMILIES
 from autotune.runtime import CubinCache, choose
 from autotune.store import merge
-from autotune.templates import render, template_hash
+from autotune.templates import fits_installed, installed_renders, render, template_hash
 
 F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
 
@@ -81,6 +81,21 @@ def test_entries_of_another_template_version_or_unverified_are_never_served(tmp_
         c = choose("gemm", problem("64x64x64"), H200, "sm_90", d)
     assert c.step == "default"
     assert "tuned with template 0123456789abcdef" in caplog.text
+
+
+def test_an_entry_lacking_a_parameter_its_template_has_gained_is_skipped_not_a_crash(tmp_path, caplog):
+    """A template that gains a parameter leaves older entries without it; serving, and deciding whether the
+    installed template renders them, must pass over such an entry instead of raising KeyError."""
+    d = tmp_path / "tuned"
+    old = {k: v for k, v in SMALL.items() if k != "DBUF"}
+    merge(d / H200 / "gemm.json", {}, "float32/NN/64x64x64", entry(old, template_hash="0123456789abcdef"))
+    merge(d / H200 / "gemm.json", {}, "float32/NN/128x128x128", entry(BIG))
+    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+        c = choose("gemm", problem("64x64x64"), H200, "sm_90", d)
+    assert (c.step, c.params) == ("nearest", BIG)
+    assert "do not fit the installed template" in caplog.text
+    assert not installed_renders("gemm", entry(old), problem("64x64x64"))
+    assert not fits_installed("gemm", "simt", old) and fits_installed("gemm", "simt", SMALL)
 
 
 def test_an_entry_of_an_older_template_file_is_served_while_it_renders_the_same_kernel(tmp_path, caplog):
