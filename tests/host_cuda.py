@@ -18,6 +18,7 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -74,6 +75,62 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 }
 """
 
+
+# The main of the split-K GEMM emulations (skinny, skinny_tc): reads a.bin, b.bin (B shifted by b_offset elements
+# from 128-byte alignment) and c.bin, runs the grid `reps` times on the same NaN-poisoned partials and counters
+# (the counters must be back at zero after each launch), writes out.bin. The kernel is KERNEL, its element
+# type T; with MMA_PTX included each warp also gets its barrier.
+SPLIT_K_GEMM_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
+  float alpha = atof(argv[5]), beta = atof(argv[6]);
+  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
+  int threads = atoi(argv[10]); size_t smem_bytes = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
+  std::vector<char> bbig(b.size() + 256);  // 128-aligned, then shifted by boff elements
+  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(T);
+  std::memcpy(bptr, b.data(), b.size());
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  unsigned char* smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
+  g_smem = (float*)smem_base;
+#ifdef AUTOTUNE_HOST_EMULATION  // the mma emulation checks shared addresses and meets each warp at a barrier
+  g_smem_base = smem_base;
+  g_smem_size = smem_bytes;
+#endif
+  size_t nscratch = (size_t)gridDim.z * M * N + 4;
+  std::vector<float> pbig(nscratch, NAN);  // unwritten partials would poison C
+  float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
+  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
+  std::vector<char> c;
+  for (int rep = 0; rep < reps; ++rep) {
+    c = c0;
+    for (unsigned z = 0; z < gridDim.z; ++z)
+      for (unsigned y = 0; y < gridDim.y; ++y)
+        for (unsigned x = 0; x < gridDim.x; ++x) {
+          blockIdx = {x, y, z};
+          std::barrier<> bar(threads);
+          g_bar = &bar;
+#ifdef AUTOTUNE_HOST_EMULATION
+          std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+          for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
+#endif
+          std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
+          std::vector<std::thread> ts;
+          for (int t = 0; t < threads; ++t)
+            ts.emplace_back([&, t] {
+              threadIdx = {(unsigned)t, 0, 0};
+              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial, counters.data());
+            });
+          for (auto& th : ts) th.join();
+        }
+    for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
+  }
+  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
+  return 0;
+}
+"""
 
 # Lane-exact emulations of the PTX wrappers of the mma templates (templates/gemm/mma.cu.j2,
 # templates/conv/implicit_mma.cu.j2): mma.sync m16n8k16, ldmatrix (.trans) and cp.async. Every lane publishes

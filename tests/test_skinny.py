@@ -15,7 +15,7 @@ import pytest
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
-from tests.host_cuda import HEADER, gxx
+from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NN", "TN")
@@ -179,47 +179,7 @@ def test_params_and_kinds():
 
 EMU_HEADER = HEADER
 
-EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_floats b_offset reps
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
-  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
-  float alpha = atof(argv[5]), beta = atof(argv[6]);
-  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
-  int threads = atoi(argv[10]); size_t smem_floats = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
-  blockDim = {(unsigned)threads, 1, 1};
-  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
-  std::vector<char> bbig(b.size() + 256);  // 128-aligned, then shifted by boff elements
-  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(T);
-  std::memcpy(bptr, b.data(), b.size());
-  std::vector<float> smem(smem_floats + 4);
-  g_smem = smem.data() + (4 - ((uintptr_t)smem.data() / 4) % 4) % 4;
-  size_t nscratch = (size_t)gridDim.z * M * N;
-  std::vector<float> partial(nscratch, NAN);  // unwritten partials would poison C
-  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
-  std::vector<char> c;
-  for (int rep = 0; rep < reps; ++rep) {
-    c = c0;
-    for (unsigned z = 0; z < gridDim.z; ++z)
-      for (unsigned y = 0; y < gridDim.y; ++y)
-        for (unsigned x = 0; x < gridDim.x; ++x) {
-          blockIdx = {x, y, z};
-          std::barrier<> bar(threads);
-          g_bar = &bar;
-          std::fill(smem.begin(), smem.end(), NAN);  // stale shared memory must never matter
-          std::vector<std::thread> ts;
-          for (int t = 0; t < threads; ++t)
-            ts.emplace_back([&, t] {
-              threadIdx = {(unsigned)t, 0, 0};
-              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial.data(), counters.data());
-            });
-          for (auto& th : ts) th.join();
-        }
-    for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
-  }
-  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
-  return 0;
-}
-"""
+EMU_MAIN = SPLIT_K_GEMM_MAIN
 
 
 def _bits(x, dtype):
@@ -261,7 +221,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     _bits(c, dtype).tofile(tmp_path / "c.bin")
     launch = sk.launch(p, sk.Problem(M, N, K, dtype, layout))
     args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0]]
-    args += [launch.shared_bytes // 4, b_offset, reps]
+    args += [launch.shared_bytes, b_offset, reps]
     run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     out = _values((tmp_path / "out.bin").read_bytes(), dtype, (M, N))

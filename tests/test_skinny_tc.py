@@ -18,7 +18,7 @@ from autotune.kernels import gemm_skinny_tc as tc
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
-from tests.host_cuda import HEADER, MMA_PTX, gxx
+from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx
 
 LAYOUTS = ("NN", "TN")
 
@@ -121,53 +121,6 @@ def test_params_and_kinds():
 # last to arrive), mma.sync and cvt.rna.tf32 emulated lane by lane (tests/host_cuda.py). Shared memory starts as
 # NaN, so a fragment read from an unwritten slot poisons C.
 
-EMU_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
-  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
-  float alpha = atof(argv[5]), beta = atof(argv[6]);
-  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
-  int threads = atoi(argv[10]); size_t smem_bytes = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
-  blockDim = {(unsigned)threads, 1, 1};
-  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
-  std::vector<char> bbig(b.size() + 256);  // 128-aligned, then shifted by boff floats
-  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(float);
-  std::memcpy(bptr, b.data(), b.size());
-  std::vector<unsigned char> smem(smem_bytes + 128);
-  g_smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
-  g_smem_size = smem_bytes;
-  g_smem = (float*)g_smem_base;
-  size_t nscratch = (size_t)gridDim.z * M * N + 4;
-  std::vector<float> pbig(nscratch, NAN);  // unwritten partials would poison C
-  float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
-  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
-  std::vector<char> c;
-  for (int rep = 0; rep < reps; ++rep) {
-    c = c0;
-    for (unsigned z = 0; z < gridDim.z; ++z)
-      for (unsigned y = 0; y < gridDim.y; ++y)
-        for (unsigned x = 0; x < gridDim.x; ++x) {
-          blockIdx = {x, y, z};
-          std::barrier<> bar(threads);
-          g_bar = &bar;
-          std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-          for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
-          std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
-          std::vector<std::thread> ts;
-          for (int t = 0; t < threads; ++t)
-            ts.emplace_back([&, t] {
-              threadIdx = {(unsigned)t, 0, 0};
-              KERNEL((const float*)a.data(), (const float*)bptr, (float*)c.data(), M, N, K, alpha, beta, partial, counters.data());
-            });
-          for (auto& th : ts) th.join();
-        }
-    for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
-  }
-  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
-  return 0;
-}
-"""
-
 
 def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
     compiler = gxx()
@@ -180,7 +133,7 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=la
     src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
     (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+        f"{HEADER}\n{MMA_PTX}\nusing T = float;\n{src}\n#define KERNEL {r.kernel_name}\n{SPLIT_K_GEMM_MAIN}"
     )
     flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
     subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
