@@ -9,6 +9,11 @@ Variants (diagnostic only: a cut kernel computes wrong numbers, so only "full" i
   no_global   raw operands made from their addresses instead of loaded (transforms and GEMMs stay)
   gemm_only   the transforms removed, and with them the loads (GEMMs, barriers and epilogue stay)
   skeleton    transforms and GEMMs removed: launch, addressing, barriers and the epilogue
+  x_quarter   the input patches of 3 in 4 channels not loaded (zeros instead): what a block would save if the
+              4 blocks of a tile group shared their input loads
+  v_quarter   the same, and those channels' input transforms replaced by stores of zeros: a block's share of
+              the loads and transform arithmetic if a cluster of 4 shared V (less the cluster's barriers and
+              remote stores)
 The differences say what each phase costs where the others overlap it; they do not add up exactly.
 """
 
@@ -27,19 +32,28 @@ from autotune.space import Config
 from autotune.verify import tolerance_for
 
 CONV = FAMILIES["conv2d"]
-W1811 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1)
 W1915 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1)
 
 GEMM = "auto gemm = [&](const float* st) {"
 TRANSFORM = "auto transform = [&](float* st, auto xv, auto wv) {"
 LOAD = "const T v = ok ? *ptr : zero;"
 FAKE = "const T v = ok ? __int_as_float(((int)(size_t)ptr & 0x007fffff) | 0x3f800000) : zero;"  # in [1, 2)
+W1938 = dict(W1915, DEPTH=2, PREFETCH=1)  # the stored NCHW winner of 19:38
+CH = "const bool ch = c0 + xc[j] < C;"
+QUARTER = "const bool ch = c0 + xc[j] < C && (xc[j] & 3) == (int)(blockIdx.y & 3);"
+XT = "float db[4][4];  // d B, a row at a time\n"
+XT_ZERO = (
+    "if ((xc[j] & 3) != (int)(blockIdx.y & 3)) { float* v = vs + xst[j];"
+    " for (int e = 0; e < 16; ++e) v[e * CB * TS] = 0.0f; continue; }\n      " + XT
+)
 CUTS = {
     "full": [],
     "no_gemm": [(GEMM, GEMM + " return;")],
     "no_global": [(LOAD, FAKE)],
     "gemm_only": [(TRANSFORM, TRANSFORM + " return;")],
     "skeleton": [(GEMM, GEMM + " return;"), (TRANSFORM, TRANSFORM + " return;")],
+    "x_quarter": [(CH, QUARTER)],
+    "v_quarter": [(CH, QUARTER), (XT, XT_ZERO)],
 }
 
 
@@ -47,7 +61,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layout", default="NCHW")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: the 18:11 and 19:15 winners)")
+    ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: the 19:38 winner)")
     args = ap.parse_args()
     gpu = current_gpu()
     plan = TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0)
@@ -60,7 +74,7 @@ def main() -> int:
     out = cp.empty(CONV.shapes(problem)[2], dtype=cp.float32)
     flush = L2Flusher()
     rows = []
-    configs = [json.loads(c) for c in args.configs] or [W1811, W1915]
+    configs = [json.loads(c) for c in args.configs] or [W1938]
     print(f"{'variant':<10} {'us':>7} {'regs':>5}  kernel")
     for params in configs:
         cand = Candidate("conv2d", "winograd", problem, Config.of(params))

@@ -26,6 +26,9 @@ DEEP = dict(WINNER, PIPE=2, MINB=1)
 W1811 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, ROUNDS=1)
 # ... and of 19:15 UTC (configs/conv_b1.yaml, 13.7 us)
 W1915 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1)
+W1938 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=1)
+B14 = dict(TILES=32, KB=16, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1, SPLIT_C=4, DEPTH=2, UNROLL=16, ROUNDS=2,
+           CGROUPS=2, PREFETCH=1)  # fmt: skip
 CONFIGS = {
     "winner": WINNER,
     "pipe2": DEEP,
@@ -68,6 +71,10 @@ CONFIGS = {
     "w1915pf": dict(W1915, PREFETCH=1),
     "w1915pfd2": dict(W1915, PREFETCH=1, DEPTH=2),
     "w1811pf": dict(W1811, PREFETCH=1),
+    # the stored NCHW winner of 19:38; the 14x14x256 NCHW winner for --layer 1,256,14,14,256
+    "w1938": W1938,
+    "w1938u16": dict(W1938, UNROLL=16),
+    "b14": B14,
 }
 
 
