@@ -63,6 +63,20 @@ inline std::vector<char> slurp(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
   fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
 }
+// cp.async: each copy is held back until its thread waits for its group (cp.async.wait_group N lands all but the
+// newest N committed groups), the latest a GPU may land it, so a missing wait reads stale (NaN) shared memory here
+// too. The conv emulation routes the templates' copy helpers here (tests/test_conv.py).
+struct HostCopy { float* dst; float v; };
+thread_local std::vector<HostCopy> t_open;               // copies since the last commit
+thread_local std::vector<std::vector<HostCopy>> t_groups;  // committed, not yet landed
+inline void host_cp_async(float* dst, float v) { t_open.push_back({dst, v}); }
+inline void host_cp_commit() { t_groups.push_back(std::move(t_open)); t_open.clear(); }
+inline void host_cp_wait(int pending) {
+  while ((int)t_groups.size() > pending) {
+    for (const HostCopy& c : t_groups.front()) *c.dst = c.v;
+    t_groups.erase(t_groups.begin());
+  }
+}
 struct __half { unsigned short x; };
 inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f; }
 inline __half __float2half_rn(float v) { _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h; }

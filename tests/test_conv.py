@@ -291,6 +291,16 @@ def reference(x, w, p):
     return y.transpose(1, 0, 2, 3)
 
 
+# The winograd template's cp.async helpers on the host: held back until waited for (host_cuda.host_cp_*), not
+# copied at once, so the emulation fails where a wait is missing. (The device branches are not compiled here.)
+HOST_CP_ASYNC = (
+    ("  *dst = ok ? to_f(*src) : 0.0f;\n}", "  host_cp_async(dst, ok ? to_f(*src) : 0.0f);\n}"),
+    ("void copy_raw_commit() {", "void copy_raw_commit() { host_cp_commit();"),
+    ("void copy_raw_wait() {", "void copy_raw_wait() { host_cp_wait(0);"),
+    ("void copy_raw_wait_pending() {", "void copy_raw_wait_pending() { host_cp_wait(PENDING);"),
+)
+
+
 def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
     """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
     compiler = gxx()
@@ -304,6 +314,8 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
     )
     src = src.replace(asm, "inline unsigned dynamic_smem_bytes() { return g_smem_bytes; }")
     src = src.replace("__shared__ int s_last;", "static int s_last;")  # a split reduction's flag: one per block
+    for old, new in HOST_CP_ASYNC:  # winograd's cp.async helpers: copies land only when waited for
+        src = src.replace(old, new)
     return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, EMU_HEADER, smem_short)
 
 
