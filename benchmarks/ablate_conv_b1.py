@@ -14,8 +14,6 @@ Variants (diagnostic only: a cut kernel computes wrong numbers, so only "full" i
   v_quarter   the same, and those channels' input transforms replaced by stores of zeros: a block's share of
               the loads and transform arithmetic if a cluster of 4 shared V (less the cluster's barriers and
               remote stores)
-  xs_no_copy  (XSTAGE) the region copies cut: the transforms read zeros
-  xs_no_wait  (XSTAGE) the waits for the copies cut
 The differences say what each phase costs where the others overlap it; they do not add up exactly.
 """
 
@@ -48,8 +46,6 @@ XT_ZERO = (
     "if ((xc[j] & 3) != (int)(blockIdx.y & 3)) { float* v = vs + xst[j];"
     " for (int e = 0; e < 16; ++e) v[e * CB * TS] = 0.0f; continue; }\n      " + XT
 )
-COPY_X = "auto copy_x = [&](int c0, float* buf) {"
-XS_WAIT = "copy_raw_wait_pending<DEPTH - 2>();  // this thread's copies of step s + 2"
 CUTS = {
     "full": [],
     "no_gemm": [(GEMM, GEMM + " return;")],
@@ -58,9 +54,6 @@ CUTS = {
     "skeleton": [(GEMM, GEMM + " return;"), (TRANSFORM, TRANSFORM + " return;")],
     "x_quarter": [(CH, QUARTER)],
     "v_quarter": [(CH, QUARTER), (XT, XT_ZERO)],
-    # XSTAGE configurations only (skipped elsewhere): the region copies, or the waits for them, cut
-    "xs_no_copy": [(COPY_X, COPY_X + " copy_raw_commit(); return;")],
-    "xs_no_wait": [(XS_WAIT, "//")],
 }
 
 
@@ -93,9 +86,8 @@ def main() -> int:
         launch = CONV.launch("winograd", params, problem)
         for label, cuts in CUTS.items():
             source = base.source
-            if any(old not in source for old, _ in cuts):
-                continue  # a cut of a phase this configuration does not have (XSTAGE's)
             for old, new in cuts:
+                assert old in source, f"{label}: {old!r} not in the source"
                 source = source.replace(old, new)
             compiled = compile_source(source, base.kernel_name, gpu.arch)
             if not compiled.ok:

@@ -75,15 +75,6 @@ CONFIGS = {
     "w1938": W1938,
     "w1938u16": dict(W1938, UNROLL=16),
     "b14": B14,
-    # XSTAGE: the block's input rows copied into shared region buffers by cp.async (fp32 NCHW)
-    "xs": dict(W1938, XSTAGE=1),
-    "xsd3": dict(W1938, XSTAGE=1, DEPTH=3),
-    "xsu16": dict(W1938, XSTAGE=1, UNROLL=16),
-    "xsnopf": dict(W1938, XSTAGE=1, PREFETCH=0),
-    "xscb8": dict(W1938, XSTAGE=1, CB=8),
-    "xscb8d3": dict(W1938, XSTAGE=1, CB=8, DEPTH=3),
-    "xst28": dict(W1938, XSTAGE=1, TILES=28, TT=4),
-    "xsm2": dict(W1938, XSTAGE=1, CB=8, MINB=2, TILES=12),
 }
 
 

@@ -14,7 +14,6 @@ from autotune import report
 from autotune.bench import Timing
 from autotune.compiler import compile_source
 from autotune.evaluate import Candidate, Status, TrialResult, render_candidate, static_check
-from autotune.kernels import conv_winograd
 from autotune.search import result_attrs
 from autotune.space import Config
 from autotune.spec import load_spec
@@ -75,14 +74,6 @@ GOOD = {
     "pf_deep_cg": dict(
         TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, PREFETCH=1, CGROUPS=2
     ),  # fmt: skip
-    # XSTAGE: the block's input rows staged in shared region buffers by cp.async (fp32 NCHW)
-    "xs_b1": dict(
-        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=1, XSTAGE=1
-    ),  # the batch-1 56x56 NCHW winner with XSTAGE
-    "xs_deep3_split": dict(
-        TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, XSTAGE=1
-    ),  # fmt: skip
-    "xs_t8": dict(TILES=8, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=16, XSTAGE=1),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -90,11 +81,10 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS", "PREFETCH", "XSTAGE")  # fmt: skip
+                           "ROUNDS", "CGROUPS", "PREFETCH")  # fmt: skip
     assert (
-        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "XSTAGE")
+        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH")
         and info.kind("UNROLL") == "int>=0"
-        and info.kind("XSTAGE") == "int>=0"
     )
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
@@ -111,7 +101,6 @@ def test_registered_with_its_parameters_and_a_source_file():
 
 # --- checks, static_asserts, refusals -------------------------------------------------------------
 
-XS_PIPE = "XSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH region buffers, filters in registers)"
 REJECTED = [
     (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
@@ -123,11 +112,6 @@ REJECTED = [
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
     (dict(D, PREFETCH=2), "PREFETCH must be 0 or 1"),
-    (dict(D, PIPE=1, DEPTH=2, XSTAGE=2), "XSTAGE must be 0 or 1"),
-    (dict(D, XSTAGE=1), XS_PIPE),
-    (dict(D, PIPE=1, XSTAGE=1), XS_PIPE),
-    (dict(GOOD["small"], PIPE=1, DEPTH=2, CGROUPS=2, XSTAGE=1),
-     "XSTAGE needs CGROUPS 1 (one ring of region buffers a block)"),
     (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
     (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
@@ -230,8 +214,6 @@ def test_the_grid_is_checked():
 def test_configurations_compile_for_sm90_without_spills(dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)
     for label, params in GOOD.items():
-        if params.get("XSTAGE") and (dtype, layout) != ("float32", "NCHW"):
-            continue  # refused as a state: test_xstage_is_optional_and_sizes_its_region_by_the_shape
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(params)), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")
@@ -320,14 +302,6 @@ EMULATED = [
     ("pf_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
     ("pf_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
     ("pf_deep_cg", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 5 steps in 2 groups
-    # XSTAGE: W % 4 == 0 (16-byte copies) and not (floats); pad 0, 1, 2; tile rows of several images in a block;
-    # the ring wraps; the last step partial; SPLIT_C slices (one empty); K past a channel block
-    ("xs_b1", [1, 40, 7, 8, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last partial; 16-byte copies
-    ("xs_b1", [3, 9, 5, 4, 33, 3, 3, 1, 2], "float32", "NCHW"),  # pad 2: tiles of three images in a block
-    ("xs_b1", [1, 17, 11, 13, 20, 3, 3, 1, 0], "float32", "NCHW"),  # no padding, W = 13: float copies
-    ("xs_deep3_split", [1, 23, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 8 steps in 2 slices of 4: the ring wraps
-    ("xs_deep3_split", [2, 4, 6, 12, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 2 steps in 2 slices
-    ("xs_t8", [2, 17, 5, 6, 20, 3, 3, 1, 0], "float32", "NCHW"),  # a block's tiles in 3 tile rows
 ]
 
 
@@ -468,31 +442,6 @@ def test_prefetch_is_optional_and_leaves_the_plain_source_unchanged():
     assert CONV.launch("winograd", dict(D, PREFETCH=1), p) == CONV.launch("winograd", D, p)
 
 
-def test_xstage_is_optional_and_sizes_its_region_by_the_shape():
-    """Absent or 0: the source of before XSTAGE. Its region buffers depend on the shape (the launch's shared
-    memory grows with the width), and layouts, dtypes or shapes it cannot stage are refused in one sentence."""
-    base = GOOD["xs_b1"]
-    plain = {k: v for k, v in base.items() if k != "XSTAGE"}
-    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
-    r0, r1 = render("conv2d", "winograd", dict(plain, XSTAGE=0), p), render("conv2d", "winograd", base, p)
-    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash and "XSTAGE" not in r0.source
-    assert r1.kernel_name == r0.kernel_name + "_xstage1" and "copy_x(" in r1.source
-    # 24 tiles of a 28-tile row span 2 tile rows: 8 region rows of 64 floats (image column 0 at 4) per channel
-    assert conv_winograd.region_floats(base, p) == 2 * (16 * 8 + 4) * 64 + 2 * 8
-    assert CONV.launch("winograd", base, p).shared_bytes == CONV.launch("winograd", plain, p).shared_bytes + 4 * (
-        2 * (16 * 8 + 4) * 64 + 16
-    )
-    wide = CONV.problem("n1c64h56w200k64r3s3u1p1", "float32", "NCHW")
-    assert CONV.launch("winograd", base, wide).shared_bytes > CONV.launch("winograd", base, p).shared_bytes
-    huge = CONV.problem("n1c64h56w2000k64r3s3u1p1", "float32", "NCHW")
-    assert "XSTAGE needs" in CONV.check_problem("winograd", base, huge)
-    for dtype, layout in (("float32", "NHWC"), ("float16", "NCHW")):
-        other = CONV.problem("n1c64h56w56k64r3s3u1p1", dtype, layout)
-        assert CONV.check_problem("winograd", base, other) == (
-            f"XSTAGE stages float32 NCHW input rows only, not {dtype} {layout}"
-        )
-
-
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
     """Absent or 1: the kernel name and source of before CGROUPS existed (stored winners keep their
     source_hash); above 1 the block is CGROUPS groups, each with its own shared buffers and named barrier."""
@@ -513,7 +462,6 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
     labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
-    labels += " xs_b1 xs_deep3_split xs_t8" if layout == "NCHW" else ""
     for label in labels.split():
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"

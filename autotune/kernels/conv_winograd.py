@@ -29,11 +29,6 @@ One fused kernel, so a candidate's time includes every transform:
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
   PREFETCH (optional, default 0) 1: the GEMMs read the next channel's U and V fragments from shared memory
            during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step
-  XSTAGE   (optional, default 0; fp32 NCHW with PIPE 1, DEPTH >= 2, CGROUPS 1) 1: the input rows under the block's
-           tile rows are copied by cp.async into a ring of DEPTH shared region buffers (a warp a row, coalesced
-           16-byte chunks) instead of each thread gathering its 4x4 patch (16 masked loads, each element read by
-           4 patches); the transforms read the patches from shared memory. Its shared memory depends on the shape:
-           region_floats().
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -64,15 +59,12 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
-    "PREFETCH", "XSTAGE",
+    "PREFETCH",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("XSTAGE", 0))
-KINDS = (
-    ("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"),
-    ("XSTAGE", "int>=0"),
-)  # fmt: skip
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0))
+KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"))
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -154,12 +146,6 @@ def check(params: Params) -> str | None:
         return "PREFETCH must be 0 or 1"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
-    if xstage(p) not in (0, 1):
-        return "XSTAGE must be 0 or 1"
-    if xstage(p) and (p["PIPE"] != 1 or depth(p) < 2):
-        return "XSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH region buffers, filters in registers)"
-    if xstage(p) and cgroups(p) != 1:
-        return "XSTAGE needs CGROUPS 1 (one ring of region buffers a block)"
     d = derived(p)
     if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
@@ -202,28 +188,10 @@ def depth(params: Params) -> int:
     return int(params.get("DEPTH", dict(DEFAULTS)["DEPTH"]))
 
 
-def xstage(params: Params) -> int:
-    return int(params.get("XSTAGE", dict(DEFAULTS)["XSTAGE"]))
-
-
-def region_floats(params: Params, problem: Any) -> int:
-    """XSTAGE's shared memory past SHARED_BYTES, in floats (0 without XSTAGE), as the kernel lays it out: DEPTH
-    buffers of CB x NR4 region rows and 4 zero rows of RW floats, then NR4 8-byte row offsets. NR4 = 4 rows for
-    each tile row a block of TILES consecutive tiles can touch; RW covers the patch columns -pad .. 2 tiles_q + 1 - pad
-    with image column 0 at a 16-byte aligned column XL."""
-    if not xstage(params):
-        return 0
-    tq = -(-problem.Q // 2)
-    nr4 = 4 * ((params["TILES"] - 1 + tq - 1) // tq + 1)
-    xl = (problem.pad + 3) & ~3
-    rw = (2 * tq - problem.pad + 2 + xl + 3) & ~3
-    return depth(params) * (params["CB"] * nr4 + 4) * rw + 2 * nr4
-
-
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
     grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
-    return Launch(grid, (cgroups(params) * d["THREADS"], 1, 1), d["SHARED_BYTES"] + 4 * region_floats(params, problem))
+    return Launch(grid, (cgroups(params) * d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
@@ -251,13 +219,6 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"winograd indexes one image with 32-bit offsets: H*W*C must be at most {MAX_IMAGE}"
     if problem.K * problem.C * 9 > MAX_IMAGE:
         return f"winograd indexes the filters with 32-bit offsets: K*C*9 must be at most {MAX_IMAGE}"
-    if xstage(params) and (problem.layout, problem.dtype) != ("NCHW", "float32"):
-        return f"XSTAGE stages float32 NCHW input rows only, not {problem.dtype} {problem.layout}"
-    shared, minb = launch(params, problem).shared_bytes, params["MINB"]
-    if xstage(params) and shared > MAX_SHARED:
-        return f"XSTAGE needs {shared} bytes of shared memory at this shape, more than {MAX_SHARED}; use a smaller CB"
-    if xstage(params) and minb * (shared + 1024) > SM_SHARED:
-        return f"XSTAGE: MINB blocks need {minb} x ({shared} + 1024) bytes of shared memory, over an SM's {SM_SHARED}"
     gx, gy, _ = launch(params, problem).grid
     if gx > MAX_GRID_X:
         return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
