@@ -14,6 +14,7 @@ Variants (diagnostic only: a cut kernel computes wrong numbers, so only "full" i
   v_quarter   the same, and those channels' input transforms replaced by stores of zeros: a block's share of
               the loads and transform arithmetic if a cluster of 4 shared V (less the cluster's barriers and
               remote stores)
+  w_fake      (x_fake) the filters' (inputs') raw values made from their addresses instead of loaded
 The differences say what each phase costs where the others overlap it; they do not add up exactly.
 """
 
@@ -46,6 +47,9 @@ XT_ZERO = (
     "if ((xc[j] & 3) != (int)(blockIdx.y & 3)) { float* v = vs + xst[j];"
     " for (int e = 0; e < 16; ++e) v[e * CB * TS] = 0.0f; continue; }\n      " + XT
 )
+ADDR = "__int_as_float(((int)(size_t)ptr & 0x007fffff) | 0x3f800000)"
+W_FAKE = f"const T v = ok ? (is_x ? *ptr : {ADDR}) : zero;"  # filters made from their addresses, inputs loaded
+X_FAKE = f"const T v = ok ? (is_x ? {ADDR} : *ptr) : zero;"
 CUTS = {
     "full": [],
     "no_gemm": [(GEMM, GEMM + " return;")],
@@ -54,6 +58,8 @@ CUTS = {
     "skeleton": [(GEMM, GEMM + " return;"), (TRANSFORM, TRANSFORM + " return;")],
     "x_quarter": [(CH, QUARTER)],
     "v_quarter": [(CH, QUARTER), (XT, XT_ZERO)],
+    "w_fake": [(LOAD, W_FAKE)],
+    "x_fake": [(LOAD, X_FAKE)],
 }
 
 

@@ -75,6 +75,15 @@ CONFIGS = {
     "w1938": W1938,
     "w1938u16": dict(W1938, UNROLL=16),
     "b14": B14,
+    # WSTAGE: the step's filters copied into shared buffers by 16-byte cp.async
+    "ws": dict(W1938, WSTAGE=1),
+    "wsd3": dict(W1938, WSTAGE=1, DEPTH=3),
+    "wsu16": dict(W1938, WSTAGE=1, UNROLL=16),
+    "wscb8": dict(W1938, WSTAGE=1, CB=8),
+    "wscb8d3": dict(W1938, WSTAGE=1, CB=8, DEPTH=3),
+    "wsnopf": dict(W1938, WSTAGE=1, PREFETCH=0),
+    "wst32": dict(W1938, WSTAGE=1, TILES=32, TT=8),
+    "b14ws": dict(B14, CGROUPS=1, WSTAGE=1),
 }
 
 

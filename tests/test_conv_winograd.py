@@ -74,6 +74,14 @@ GOOD = {
     "pf_deep_cg": dict(
         TILES=24, KB=16, CB=8, KT=4, TT=8, ET=1, SPAD=8, PIPE=1, MINB=1, DEPTH=2, PREFETCH=1, CGROUPS=2
     ),  # fmt: skip
+    # WSTAGE: the step's filters staged in shared buffers by 16-byte cp.async (fp32, C % 4 == 0)
+    "ws_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=1, WSTAGE=1
+    ),  # the batch-1 56x56 NCHW winner with WSTAGE
+    "ws_deep3_split": dict(
+        TILES=16, KB=8, CB=4, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1
+    ),
+    "ws_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=1),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -81,10 +89,11 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS", "PREFETCH")  # fmt: skip
+                           "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE")  # fmt: skip
     assert (
-        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH")
+        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE")
         and info.kind("UNROLL") == "int>=0"
+        and info.kind("WSTAGE") == "int>=0"
     )
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
@@ -101,6 +110,7 @@ def test_registered_with_its_parameters_and_a_source_file():
 
 # --- checks, static_asserts, refusals -------------------------------------------------------------
 
+WS_PIPE = "WSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH filter buffers)"
 REJECTED = [
     (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
@@ -112,6 +122,13 @@ REJECTED = [
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
     (dict(D, PREFETCH=2), "PREFETCH must be 0 or 1"),
+    (dict(D, PIPE=1, DEPTH=2, WSTAGE=2), "WSTAGE must be 0 or 1"),
+    (dict(D, WSTAGE=1), WS_PIPE),
+    (dict(D, PIPE=1, WSTAGE=1), WS_PIPE),
+    (dict(GOOD["odd_cb"], PIPE=1, DEPTH=2, WSTAGE=1),
+     "WSTAGE needs CB % 4 == 0 (16-byte chunks of whole channel groups)"),
+    (dict(GOOD["small"], PIPE=1, DEPTH=2, CGROUPS=2, WSTAGE=1),
+     "WSTAGE needs CGROUPS 1 (one ring of filter buffers a block)"),
     (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
     (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
@@ -214,6 +231,8 @@ def test_the_grid_is_checked():
 def test_configurations_compile_for_sm90_without_spills(dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)
     for label, params in GOOD.items():
+        if params.get("WSTAGE") and dtype != "float32":
+            continue  # refused as a state: test_wstage_is_optional_and_adds_its_filter_buffers
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(params)), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")
@@ -302,6 +321,15 @@ EMULATED = [
     ("pf_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
     ("pf_odd_cb", [2, 10, 7, 9, 6, 3, 3, 1, 0], "float32", "NCHW"),
     ("pf_deep_cg", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NHWC"),  # 5 steps in 2 groups
+    # WSTAGE: both layouts; the last step partial (whole groups of 4 channels past C); K past a channel block;
+    # SPLIT_C slices (one empty); the ring wraps
+    ("ws_b1", [1, 20, 7, 8, 37, 3, 3, 1, 1], "float32", "NCHW"),  # 2 steps, the second 4 of 16 channels
+    ("ws_b1", [1, 20, 7, 8, 37, 3, 3, 1, 1], "float32", "NHWC"),
+    ("ws_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),  # pad 2: tiles of three images in a block
+    ("ws_deep3_split", [1, 24, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 6 steps in 2 slices of 3
+    ("ws_deep3_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 1 step in 2 slices: one empty
+    ("ws_t8", [2, 28, 5, 6, 20, 3, 3, 1, 0], "float32", "NCHW"),  # 4 steps, the last 4 channels; the ring wraps
+    ("ws_t8", [1, 12, 9, 7, 17, 3, 3, 1, 1], "float32", "NHWC"),
 ]
 
 
@@ -442,6 +470,27 @@ def test_prefetch_is_optional_and_leaves_the_plain_source_unchanged():
     assert CONV.launch("winograd", dict(D, PREFETCH=1), p) == CONV.launch("winograd", D, p)
 
 
+def test_wstage_is_optional_and_adds_its_filter_buffers():
+    """Absent or 0: the source of before WSTAGE; 1 adds DEPTH buffers of KB x (CB * 9 + 4) floats, and the
+    dtypes and channel counts it cannot copy are refused in one sentence."""
+    base = GOOD["ws_b1"]
+    plain = {k: v for k, v in base.items() if k != "WSTAGE"}
+    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
+    r0, r1 = render("conv2d", "winograd", dict(plain, WSTAGE=0), p), render("conv2d", "winograd", base, p)
+    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash and "WSTAGE" not in r0.source
+    assert r1.kernel_name == r0.kernel_name + "_wstage1" and "copy_w(" in r1.source
+    assert (
+        CONV.launch("winograd", base, p).shared_bytes
+        == CONV.launch("winograd", plain, p).shared_bytes + 4 * 2 * 16 * 148
+    )
+    half = CONV.problem("n1c64h56w56k64r3s3u1p1", "float16", "NCHW")
+    assert CONV.check_problem("winograd", base, half) == "WSTAGE copies float32 filters only, not float16"
+    odd = CONV.problem("n1c63h56w56k64r3s3u1p1", "float32", "NHWC")
+    assert CONV.check_problem("winograd", base, odd) == (
+        "WSTAGE copies filters in 16-byte chunks of 4 channels: C = 63 is not a multiple of 4"
+    )
+
+
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
     """Absent or 1: the kernel name and source of before CGROUPS existed (stored winners keep their
     source_hash); above 1 the block is CGROUPS groups, each with its own shared buffers and named barrier."""
@@ -462,6 +511,7 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
     labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
+    labels += " ws_b1 ws_deep3_split ws_t8"
     for label in labels.split():
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"

@@ -29,6 +29,10 @@ One fused kernel, so a candidate's time includes every transform:
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
   PREFETCH (optional, default 0) 1: the GEMMs read the next channel's U and V fragments from shared memory
            during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step
+  WSTAGE   (optional, default 0; fp32 with PIPE 1, DEPTH >= 2, CGROUPS 1, CB % 4 == 0, C % 4 == 0) 1: the step's
+           filters are copied by 16-byte cp.async into a ring of DEPTH shared buffers [KB][CB * 9 + 4], spread over
+           the threads (a filter's output channels are C * 9 floats apart, so a thread's own 9 taps are scattered
+           loads), and the filter transforms read their taps from shared memory.
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -59,12 +63,15 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
-    "PREFETCH",
+    "PREFETCH", "WSTAGE",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0))
-KINDS = (("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("WSTAGE", 0))
+KINDS = (
+    ("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"),
+    ("WSTAGE", "int>=0"),
+)  # fmt: skip
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
@@ -99,6 +106,8 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
     raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
     staged = stages * 16 * p["CB"] * (kbs + ts) + depth(p) * raw * threads  # U and V per stage; PIPE 2's raw ring
+    wf = 9 * p["CB"] + 4  # WSTAGE: floats per output channel of a filter buffer
+    staged += depth(p) * p["KB"] * wf if wstage(p) else 0
     rc = p["KT"] // rounds(p) if p["KT"] % rounds(p) == 0 else 1  # thread-tile channels an epilogue round
     epilogue = 16 * rc * kg * ts  # rc channels of every thread's tile, all 16 elements
     return {
@@ -115,6 +124,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
         "Y_ITEMS": -(-rc * kg * p["TILES"] // (threads * cgroups(p))),  # RC*TT*ET/16 <= 8 (at most 128 accumulators)
         "STAGES": stages,
         "RAW": raw,
+        "WF": wf,
         "SHARED_BYTES": 4 * cgroups(p) * max(staged, epilogue),
     }
 
@@ -146,6 +156,14 @@ def check(params: Params) -> str | None:
         return "PREFETCH must be 0 or 1"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
+    if wstage(p) not in (0, 1):
+        return "WSTAGE must be 0 or 1"
+    if wstage(p) and (p["PIPE"] != 1 or depth(p) < 2):
+        return "WSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH filter buffers)"
+    if wstage(p) and p["CB"] % 4:
+        return "WSTAGE needs CB % 4 == 0 (16-byte chunks of whole channel groups)"
+    if wstage(p) and cgroups(p) != 1:
+        return "WSTAGE needs CGROUPS 1 (one ring of filter buffers a block)"
     d = derived(p)
     if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
@@ -188,6 +206,10 @@ def depth(params: Params) -> int:
     return int(params.get("DEPTH", dict(DEFAULTS)["DEPTH"]))
 
 
+def wstage(params: Params) -> int:
+    return int(params.get("WSTAGE", dict(DEFAULTS)["WSTAGE"]))
+
+
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
     grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
@@ -219,6 +241,10 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"winograd indexes one image with 32-bit offsets: H*W*C must be at most {MAX_IMAGE}"
     if problem.K * problem.C * 9 > MAX_IMAGE:
         return f"winograd indexes the filters with 32-bit offsets: K*C*9 must be at most {MAX_IMAGE}"
+    if wstage(params) and problem.dtype != "float32":
+        return f"WSTAGE copies float32 filters only, not {problem.dtype}"
+    if wstage(params) and problem.C % 4:
+        return f"WSTAGE copies filters in 16-byte chunks of 4 channels: C = {problem.C} is not a multiple of 4"
     gx, gy, _ = launch(params, problem).grid
     if gx > MAX_GRID_X:
         return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
