@@ -64,18 +64,20 @@ inline std::vector<char> slurp(const std::string& path) {
   fseek(f, 0, SEEK_END); v.resize(ftell(f)); fseek(f, 0, SEEK_SET); if (fread(v.data(), 1, v.size(), f) != v.size()) exit(3); fclose(f); return v;
 }
 // cp.async: each copy is held back until its thread waits for its group (cp.async.wait_group N lands all but the
-// newest N committed groups), the latest a GPU may land it, so a missing wait reads stale (NaN) shared memory here
-// too. The conv emulation routes the templates' copy helpers here (tests/test_conv.py).
-struct HostCopy { float* dst; float v; };
-thread_local std::vector<HostCopy> t_open;               // copies since the last commit
-thread_local std::vector<std::vector<HostCopy>> t_groups;  // committed, not yet landed
-inline void host_cp_async(float* dst, float v) { t_open.push_back({dst, v}); }
-inline void host_cp_commit() { t_groups.push_back(std::move(t_open)); t_open.clear(); }
+// newest N committed groups), the latest a GPU may land it, so a missing wait reads stale shared memory here too.
+// MMA_PTX's cp_async16/cp_async4 and the winograd template's copy helpers (tests/test_conv.py) queue copies here.
+struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; int size = 16; };
+thread_local std::vector<PendingCopy> t_open;                 // copies since the last commit
+thread_local std::vector<std::vector<PendingCopy>> t_groups;  // committed, not yet landed
+inline void host_cp_commit() { t_groups.push_back(t_open); t_open.clear(); }
 inline void host_cp_wait(int pending) {
   while ((int)t_groups.size() > pending) {
-    for (const HostCopy& c : t_groups.front()) *c.dst = c.v;
+    for (const PendingCopy& c : t_groups.front()) std::memcpy(c.dst, c.bytes, c.size);
     t_groups.erase(t_groups.begin());
   }
+}
+inline void host_cp_async(float* dst, float v) {  // one float, its value read now
+  PendingCopy c; c.dst = (unsigned char*)dst; c.size = 4; std::memcpy(c.bytes, &v, 4); t_open.push_back(c);
 }
 struct __half { unsigned short x; };
 inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f; }
@@ -162,9 +164,6 @@ size_t g_smem_size;
 std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 
-struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; int size = 16; };
-thread_local std::vector<PendingCopy> t_open;
-thread_local std::vector<std::vector<PendingCopy>> t_groups;
 inline void cp_async16(void* dst, const void* src, bool in_bounds) {
   PendingCopy c; c.dst = (unsigned char*)dst;
   if ((uintptr_t)dst % 16 || c.dst < g_smem_base || c.dst + 16 > g_smem_base + g_smem_size) { fprintf(stderr, "cp.async: bad shared address\n"); abort(); }
@@ -180,13 +179,8 @@ inline void cp_async4(void* dst, const void* src, bool in_bounds) {
   if (in_bounds) std::memcpy(c.bytes, src, 4);
   t_open.push_back(c);
 }
-inline void cp_async_commit() { t_groups.push_back(t_open); t_open.clear(); }
-template <int N> inline void cp_async_wait() {
-  while (t_groups.size() > (size_t)N) {
-    for (auto& c : t_groups.front()) std::memcpy(c.dst, c.bytes, c.size);
-    t_groups.erase(t_groups.begin());
-  }
-}
+inline void cp_async_commit() { host_cp_commit(); }
+template <int N> inline void cp_async_wait() { host_cp_wait(N); }
 
 inline void ldmatrix_any(unsigned (&r)[4], const void* p, bool trans) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
