@@ -79,7 +79,7 @@ GOOD = {
         TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=1, WSTAGE=1
     ),  # the batch-1 56x56 NCHW winner with WSTAGE
     "ws_deep3_split": dict(
-        TILES=16, KB=8, CB=4, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1
+        TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1
     ),
     "ws_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=1),
 }
