@@ -46,18 +46,22 @@ def settings():
                     allow_spills=True)  # fmt: skip
 
 
+def _verified(settings, template, params, problem):
+    """Evaluate one configuration on fresh random inputs at its dtype's tolerance: (its result, and why it is not
+    a complete run verified inside the tolerance, or None)."""
+    s = replace(settings, tolerance=tolerance_for(problem.dtype))
+    r = evaluate(Candidate("conv2d", template, problem, Config.of(params)), s)
+    if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
+        return r, f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}"
+    return r, None
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("params", CONFIGS, ids=lambda p: f"tp{p['TP']}tq{p['TQ']}kb{p['KB']}")
 def test_direct_is_correct_in_both_layouts(settings, dtype, layout, params):
-    s = replace(settings, tolerance=tolerance_for(dtype))
-    failures = []
-    for shape in SHAPES:
-        problem = CONV.problem(shape, dtype, layout)
-        r = evaluate(Candidate("conv2d", "direct", problem, Config.of(params)), s)
-        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
-    assert not failures, "\n".join(failures)
+    failures = [_verified(settings, "direct", params, CONV.problem(shape, dtype, layout))[1] for shape in SHAPES]
+    assert not any(failures), "\n".join(f for f in failures if f)
 
 
 WINOGRAD_SHAPES = [
@@ -124,7 +128,6 @@ WINOGRAD_CONFIGS = [
     ),
 )
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):
-    s = replace(settings, tolerance=tolerance_for(dtype))
     failures, errors = [], []
     for shape in WINOGRAD_SHAPES:
         problem = CONV.problem(shape, dtype, layout)
@@ -132,9 +135,9 @@ def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dty
         if params.get("WSTAGE") and (dtype != "float32" or problem.C % 4):  # refused as a state, not run
             assert refusal is not None and refusal.startswith("WSTAGE copies"), refusal
             continue
-        r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), s)
-        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+        r, failure = _verified(settings, "winograd", params, problem)
+        if failure:
+            failures.append(failure)
         else:
             errors.append(r.error)
     assert not failures, "\n".join(failures)
@@ -257,15 +260,9 @@ IMPLICIT_CONFIGS = [
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize(("template", "params", "dtypes"), IMPLICIT_CONFIGS, ids=lambda v: str(v)[:40])
 def test_implicit_gemm_is_correct_in_both_layouts(settings, layout, template, params, dtypes):
-    failures = []
-    for dtype in dtypes:
-        s = replace(settings, tolerance=tolerance_for(dtype))
-        for shape in IMPLICIT_SHAPES:
-            problem = CONV.problem(shape, dtype, layout)
-            r = evaluate(Candidate("conv2d", template, problem, Config.of(params)), s)
-            if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-                failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
-    assert not failures, "\n".join(failures)
+    failures = [_verified(settings, template, params, CONV.problem(shape, dtype, layout))[1]
+                for dtype in dtypes for shape in IMPLICIT_SHAPES]  # fmt: skip
+    assert not any(failures), "\n".join(f for f in failures if f)
 
 
 @pytest.mark.parametrize(("spec_name", "dtype", "layout"), [("conv.yaml", "float32", "NCHW"),
@@ -311,14 +308,9 @@ MMA_CONFIGS = [
 
 @pytest.mark.parametrize("params", MMA_CONFIGS, ids=lambda p: "bm{BM}bn{BN}bk{BK}wm{WM}wn{WN}s{STAGES}".format(**p))
 def test_implicit_mma_is_correct_on_odd_shapes(settings, params):
-    s = replace(settings, tolerance=tolerance_for("float16"))
-    failures = []
-    for shape in MMA_SHAPES:
-        problem = CONV.problem(shape, "float16", "NHWC")
-        r = evaluate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), s)
-        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
-    assert not failures, "\n".join(failures)
+    failures = [_verified(settings, "implicit_mma", params, CONV.problem(shape, "float16", "NHWC"))[1]
+                for shape in MMA_SHAPES]  # fmt: skip
+    assert not any(failures), "\n".join(f for f in failures if f)
 
 
 IM2COL_SHAPES = [  # NHWC fp16; R*S*C a multiple of 8 (the mma GEMM's 16-byte rows)
@@ -435,13 +427,12 @@ SPLIT_CONFIGS = [
 
 @pytest.mark.parametrize("params", SPLIT_CONFIGS, ids=lambda p: "bm{BM}bn{BN}s{STAGES}k{SPLIT_K}".format(**p))
 def test_implicit_mma_split_k_is_correct_on_fresh_odd_shapes(settings, params):
-    s = replace(settings, tolerance=tolerance_for("float16"))
     failures = []
     for shape in SPLIT_SHAPES:
         problem = CONV.problem(shape, "float16", "NHWC")
-        r = evaluate(Candidate("conv2d", "implicit_mma", problem, Config.of(params)), s)
-        if r.status is not Status.COMPLETE or r.error is None or r.error >= s.tolerance:
-            failures.append(f"{problem.label} {r.kernel_name}: {r.status} {r.reason} error={r.error}")
+        r, failure = _verified(settings, "implicit_mma", params, problem)
+        if failure:
+            failures.append(failure)
         elif r.extra_bytes != 4 * sum(CONV.scratch("implicit_mma", params, problem)):
             failures.append(f"{problem.label}: extra memory {r.extra_bytes} is not the partials and counters")
     assert not failures, "\n".join(failures)
