@@ -314,8 +314,11 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
     )
     src = src.replace(asm, "inline unsigned dynamic_smem_bytes() { return g_smem_bytes; }")
     src = src.replace("__shared__ int s_last;", "static int s_last;")  # a split reduction's flag: one per block
-    for old, new in HOST_CP_ASYNC:  # winograd's cp.async helpers: copies land only when waited for
-        src = src.replace(old, new)
+    if "void copy_raw_commit() {" in src:  # winograd's cp.async helpers: copies land only when waited for
+        missing = [old for old, _ in HOST_CP_ASYNC[:3] if old not in src]  # (copy_raw_wait_pending: DEPTH only)
+        assert not missing, f"the template's cp.async helpers changed; HOST_CP_ASYNC no longer finds {missing}"
+        for old, new in HOST_CP_ASYNC:
+            src = src.replace(old, new)
     return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, EMU_HEADER, smem_short)
 
 
