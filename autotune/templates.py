@@ -88,8 +88,9 @@ def fits_installed(kernel: str, template: str, params: dict[str, Any]) -> bool:
 def installed_renders(kernel: str, entry: dict[str, Any], problem: Any) -> bool:
     """Whether a stored entry's kernel is what the installed templates render for its own problem: tuned with
     this template file (same template hash), or the file changed since in ways that leave this entry's source
-    byte-identical (same source hash, e.g. a variant added for other problems). False for parameters the
-    installed template does not take."""
+    byte-identical (same source hash, e.g. a variant added for other problems). False when the installed
+    template's checks refuse the stored parameters or one it needs is missing; a stored parameter it no longer
+    reads (e.g. one since removed) does not matter while the source it renders is unchanged."""
     template = str(entry.get("template"))
     if not fits_installed(kernel, template, dict(entry.get("params", {}))):
         return False
