@@ -2,14 +2,15 @@
 
     python3 benchmarks/dump_sass.py conv2d winograd 1,64,56,56,64,3,3,1,1 float32 NCHW '{"TILES": 32, ...}' out.sass
 
-Compiles with the search's own NVRTC path to a cubin, then runs `cuobjdump -sass` on it and prints a count of
-each opcode (FFMA, LDS, LDG, STS, BAR...)."""
+Renders with the search's own path, compiles to a cubin with nvcc, then runs `cuobjdump -sass` (or
+`nvdisasm -c`) on it and prints a count of each opcode (FFMA, LDS, LDG, STS, BAR...)."""
 
 from __future__ import annotations
 
 import collections
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,8 @@ def main() -> int:
         src.write_text(c.source)
         cubin = Path(tmp) / "k.cubin"
         subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-o", str(cubin), str(src)], check=True)
-        sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+        tool = ["cuobjdump", "-sass"] if shutil.which("cuobjdump") else ["nvdisasm", "-c"]  # either prints SASS
+        sass = subprocess.run([*tool, str(cubin)], check=True, capture_output=True, text=True).stdout
     Path(out).write_text(sass)
     opcode = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9.]+)")
     ops = collections.Counter(m.group(1).split(".")[0] for m in opcode.finditer(sass))

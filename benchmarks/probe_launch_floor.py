@@ -43,6 +43,14 @@ def main() -> int:
     empty = cp.RawKernel(r'extern "C" __global__ void empty_kernel() {}', "empty_kernel")
     rows = [_row("empty kernel, 1 block", "-", lambda: empty((1,), (32,), ()), flush),
             _row("empty kernel, 132x256", "-", lambda: empty((132,), (256,), ()), flush)]  # fmt: skip
+    # The same with the dynamic shared memory of a batch-1 winograd kernel (~100 KB) and more: does a launch
+    # that needs a large shared-memory carve-out pay for it after the flush (which runs with L1)?
+    big = cp.RawKernel(r'extern "C" __global__ void empty_smem_kernel() { extern __shared__ float s[]; }',
+                       "empty_smem_kernel")  # fmt: skip
+    big.max_dynamic_shared_size_bytes = 220 * 1024
+    for kb in (16, 100, 220):
+        rows.append(_row(f"empty kernel, 132x384, {kb} KB smem", "-",
+                         lambda kb=kb: big((132,), (384,), (), shared_mem=kb * 1024), flush))  # fmt: skip
     family = FAMILIES[args.kernel]
     for shape in args.shapes:
         problem = family.problem(shape, args.dtype, args.layout)
