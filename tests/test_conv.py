@@ -21,7 +21,7 @@ from autotune.space import Config
 from autotune.spec import load_spec, parse_spec
 from autotune.store import entry_key
 from autotune.templates import render, template_path
-from tests.host_cuda import HEADER, gxx
+from tests.host_cuda import HEADER, MMA_PTX, gxx
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
@@ -242,6 +242,9 @@ int main(int argc, char** argv) {
   gridDim = {(unsigned)atoi(argv[13]), (unsigned)atoi(argv[14]), (unsigned)atoi(argv[15])};
   int threads = atoi(argv[16]); g_smem_bytes = (unsigned)atol(argv[17]);
   auto x = slurp(dir + "/x.bin"); auto w = slurp(dir + "/w.bin");
+  // NaN after the tensors' ends (0xff bytes: NaN in float and half): a read past the last image or filter, even
+  // one multiplied by a zero filter, shows in the output.
+  x.resize(x.size() + 65536, (char)0xff); w.resize(w.size() + 65536, (char)0xff);
   std::vector<T> y((size_t)a[0] * a[4] * a[9] * a[10]);
   std::vector<float> smem(g_smem_bytes / 4 + 4);
   g_smem = smem.data() + (4 - ((uintptr_t)smem.data() / 4) % 4) % 4;
@@ -261,6 +264,10 @@ int main(int argc, char** argv) {
         blockIdx = {bx, by, z};
         std::barrier<> bar(threads);
         g_bar = &bar;
+#ifdef AUTOTUNE_HOST_EMULATION  // the mma emulation (MMA_PTX) meets each warp at its barrier
+        std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+        for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
+#endif
         std::fill(smem.begin(), smem.end(), NAN);  // stale shared memory must never matter
         std::vector<std::thread> ts;
         for (int t = 0; t < threads; ++t)
@@ -319,7 +326,8 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
         assert not missing, f"the template's cp.async helpers changed; HOST_CP_ASYNC no longer finds {missing}"
         for old, new in HOST_CP_ASYNC:
             src = src.replace(old, new)
-    return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, EMU_HEADER, smem_short)
+    header = EMU_HEADER + MMA_PTX if "mma_tf32(" in src else EMU_HEADER  # winograd MMA: the lane-exact mma emulation
+    return run_emulated(tmp_path, compiler, template, params, problem, src, r.kernel_name, header, smem_short)
 
 
 def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name, header, smem_short=0):

@@ -82,6 +82,27 @@ GOOD = {
         TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1
     ),
     "ws_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=1),
+    # PREFETCH 2: the GEMMs' next two channels in flight; WSTAGE 2: filter copies first, filter items over every warp
+    "pf2_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=1
+    ),
+    "pf2_wide": dict(TILES=16, KB=16, CB=5, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=2),  # odd CB
+    "ws2_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=2
+    ),  # 256 filters over 384 threads
+    "ws2_split": dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=2),
+    "ws2_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=2),
+    # MMA: the 16 GEMMs on tensor cores (3xTF32); 16 units over 12 warps (uneven), 32 over 4, 16 over 2 with SPLIT_C
+    "mma_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1
+    ),
+    "mma_k32": dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=1),
+    "mma_split": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=8, PIPE=2, MINB=1, ROUNDS=1, SPLIT_C=2, MMA=1),
+    # LEAN: the in-image mask from row and column nibbles, unsigned tile divisions, the channel check in the mask
+    "lean_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, LEAN=1
+    ),
+    "lean_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, LEAN=1),  # PIPE 2, odd CB
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -89,11 +110,12 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE")  # fmt: skip
+                           "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN")  # fmt: skip
     assert (
-        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE")
+        info.optional == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN")
         and info.kind("UNROLL") == "int>=0"
         and info.kind("WSTAGE") == "int>=0"
+        and info.kind("MMA") == "int>=0"
     )
     assert info.dtypes == ("float32", "float16") and info.kind("SPAD") == "int>=0" and info.kind("TILES") == "int>=1"
     assert info.kind("PIPE") == "int>=0" and info.kind("MINB") == "int>=1"
@@ -111,6 +133,8 @@ def test_registered_with_its_parameters_and_a_source_file():
 # --- checks, static_asserts, refusals -------------------------------------------------------------
 
 WS_PIPE = "WSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH filter buffers)"
+MMA_ONE_ROUND = "MMA needs ROUNDS 1 and CGROUPS 1 (its M goes through shared memory in one round)"
+MMA_FMA_ONLY = "MMA needs PREFETCH 0 and UNROLL 0 (they shape the FMA loop it replaces)"
 REJECTED = [
     (dict(D, KT=6, KB=36), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
     (dict(D, TT=2), "KT and TT must be multiples of 4 (float4 reads of U and V)"),
@@ -121,8 +145,8 @@ REJECTED = [
     (dict(D, ROUNDS=3), "ROUNDS must divide KT"),
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
-    (dict(D, PREFETCH=2), "PREFETCH must be 0 or 1"),
-    (dict(D, PIPE=1, DEPTH=2, WSTAGE=2), "WSTAGE must be 0 or 1"),
+    (dict(D, PREFETCH=3), "PREFETCH must be 0, 1 or 2"),
+    (dict(D, PIPE=1, DEPTH=2, WSTAGE=3), "WSTAGE must be 0, 1 or 2"),
     (dict(D, WSTAGE=1), WS_PIPE),
     (dict(D, PIPE=1, WSTAGE=1), WS_PIPE),
     (dict(GOOD["odd_cb"], PIPE=1, DEPTH=2, WSTAGE=1),
@@ -130,6 +154,15 @@ REJECTED = [
     (dict(GOOD["small"], PIPE=1, DEPTH=2, CGROUPS=2, WSTAGE=1),
      "WSTAGE needs CGROUPS 1 (one ring of filter buffers a block)"),
     (dict(D, CGROUPS=4), "CGROUPS groups of THREADS threads must be at most 1024 threads"),
+    (dict(D, LEAN=2), "LEAN must be 0 or 1"),
+    (dict(GOOD["mma_k32"], MMA=2), "MMA must be 0 or 1"),
+    (dict(GOOD["mma_k32"], CB=4), "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"),
+    (dict(GOOD["mma_k32"], KB=24, KT=4, ET=4),
+     "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"),
+    (dict(GOOD["mma_k32"], ROUNDS=2), MMA_ONE_ROUND),
+    (dict(GOOD["mma_k32"], CGROUPS=2), MMA_ONE_ROUND),
+    (dict(GOOD["mma_k32"], PREFETCH=1), MMA_FMA_ONLY),
+    (dict(GOOD["mma_k32"], UNROLL=8), MMA_FMA_ONLY),
     (dict(D, CGROUPS=2, MINB=3), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(GOOD["small"], CB=16, SPAD=8, KB=32, PIPE=1, MINB=2),
      "MINB blocks need 2 x (131072 + 1024) bytes of shared memory, more than an SM's 233472"),
@@ -231,8 +264,8 @@ def test_the_grid_is_checked():
 def test_configurations_compile_for_sm90_without_spills(dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)
     for label, params in GOOD.items():
-        if params.get("WSTAGE") and dtype != "float32":
-            continue  # refused as a state: test_wstage_is_optional_and_adds_its_filter_buffers
+        if (params.get("WSTAGE") or params.get("MMA")) and dtype != "float32":
+            continue  # refused as a state: test_wstage_is_optional_..., test_mma_is_optional_...
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(params)), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")
@@ -330,6 +363,27 @@ EMULATED = [
     ("ws_deep3_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 1 step in 2 slices: one empty
     ("ws_t8", [2, 28, 5, 6, 20, 3, 3, 1, 0], "float32", "NCHW"),  # 4 steps, the last 4 channels; the ring wraps
     ("ws_t8", [1, 12, 9, 7, 17, 3, 3, 1, 1], "float32", "NHWC"),
+    # PREFETCH 2: a partial last step, K past a block; an odd CB (the last fetch lands in slot 0)
+    ("pf2_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("pf2_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
+    ("pf2_wide", [2, 9, 7, 9, 20, 3, 3, 1, 0], "float16", "NCHW"),
+    # WSTAGE 2: filters fewer than threads (every warp a share) and as many; SPLIT_C with an empty slice
+    ("ws2_b1", [1, 20, 7, 8, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("ws2_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
+    ("ws2_split", [1, 24, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 6 steps in 2 slices of 3
+    ("ws2_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 1 step in 2 slices: one empty
+    ("ws2_t8", [2, 28, 5, 6, 20, 3, 3, 1, 0], "float32", "NCHW"),  # 128 filters, 128 threads; the ring wraps
+    # MMA: a partial last step and channel block (zero rows and columns of the fragments); both layouts; SPLIT_C
+    ("mma_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("mma_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
+    ("mma_k32", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
+    ("mma_k32", [2, 9, 7, 9, 20, 3, 3, 1, 0], "float32", "NCHW"),
+    ("mma_split", [2, 20, 9, 11, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    # LEAN: pad 1 and 2 (rows and columns outside on both sides), tiles of several images a block, a partial step
+    ("lean_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("lean_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
+    ("lean_cp", [2, 10, 7, 9, 6, 3, 3, 1, 2], "float16", "NCHW"),
+    ("lean_cp", [1, 17, 5, 3, 20, 3, 3, 1, 0], "float32", "NHWC"),
 ]
 
 
@@ -489,6 +543,26 @@ def test_wstage_is_optional_and_adds_its_filter_buffers():
     assert CONV.check_problem("winograd", base, odd) == (
         "WSTAGE copies filters in 16-byte chunks of 4 channels: C = 63 is not a multiple of 4"
     )
+
+
+def test_mma_is_optional_and_refuses_half_precision():
+    """Absent or 0: the source of before MMA; 1 renders the tensor-core GEMMs (same launch), and float16 is
+    refused in one sentence. PREFETCH 2 and WSTAGE 2 are new values of optional parameters: their lower values
+    render as before."""
+    base = GOOD["mma_b1"]
+    plain = {k: v for k, v in base.items() if k != "MMA"}
+    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
+    r0, r1 = render("conv2d", "winograd", dict(plain, MMA=0), p), render("conv2d", "winograd", base, p)
+    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash and "mma_tf32" not in r0.source
+    assert r1.kernel_name == r0.kernel_name + "_mma1" and "mma.sync.aligned.m16n8k8" in r1.source
+    assert CONV.launch("winograd", base, p) == CONV.launch("winograd", plain, p)
+    half = CONV.problem("n1c64h56w56k64r3s3u1p1", "float16", "NCHW")
+    assert CONV.check_problem("winograd", GOOD["mma_k32"], half) == (
+        "MMA computes float32 convolutions only (3xTF32), not float16"
+    )
+    two = render("conv2d", "winograd", GOOD["ws2_b1"], p)
+    assert "w_item(j)" in two.source and "fetch(c + 2, b)" in two.source
+    assert "w_item" not in render("conv2d", "winograd", GOOD["ws_b1"], p).source
 
 
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():

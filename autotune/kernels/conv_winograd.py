@@ -28,11 +28,24 @@ One fused kernel, so a candidate's time includes every transform:
            buffers): step s + DEPTH's loads are issued before step s's GEMMs, so a block has DEPTH steps of loads in
            flight instead of one. For layers too small to fill the GPU with warps (batch 1).
   PREFETCH (optional, default 0) 1: the GEMMs read the next channel's U and V fragments from shared memory
-           during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step
+           during this channel's FMAs (a register double buffer), so FMAs wait for shared loads once a step;
+           2: the next two channels' (two buffers, so a load has two channels of FMAs to land in)
   WSTAGE   (optional, default 0; fp32 with PIPE 1, DEPTH >= 2, CGROUPS 1, CB % 4 == 0, C % 4 == 0) 1: the step's
            filters are copied by 16-byte cp.async into a ring of DEPTH shared buffers [KB][CB * 9 + 4], spread over
            the threads (a filter's output channels are C * 9 floats apart, so a thread's own 9 taps are scattered
-           loads), and the filter transforms read their taps from shared memory.
+           loads), and the filter transforms read their taps from shared memory. 2: the same, with the first DEPTH
+           steps' copies issued before any tile addressing, and a step's filter transforms spread over every warp
+           when there are fewer filters than threads (thread t takes filter t * CB * KB / THREADS when thread t + 1
+           takes another), so no warp is alone in transforming while the others wait at the barrier.
+  MMA      (optional, default 0; fp32, KB % 16 == 0, TILES % 8 == 0, CB % 8 == 0, ROUNDS 1, CGROUPS 1, PREFETCH 0,
+           UNROLL 0) 1: the 16 GEMMs on tensor cores with fp32 accuracy (3xTF32: each operand split into a tf32
+           high part and a residual in registers, three mma.sync.m16n8k8 a product). A warp takes whole (element,
+           16 output channels) units over all of the block's tiles, so ET, KT and TT only set the threads (and the
+           transforms' share of each). For layers whose FMA loop is bound by shared-memory loads (batch 1).
+  LEAN     (optional, default 0) 1: fewer instructions before the first global loads, which batch-1 layers wait
+           on: unsigned 32-bit divisions for the tile coordinates, the in-image mask of a 4x4 patch built from a
+           nibble of rows and one of columns (instead of 16 pairs of compares), the channel check folded into it
+           once a step. The same kernel otherwise.
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -63,14 +76,15 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
-    "PREFETCH", "WSTAGE",
+    "PREFETCH", "WSTAGE", "MMA", "LEAN",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
-DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("WSTAGE", 0))
+DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("WSTAGE", 0),
+            ("MMA", 0), ("LEAN", 0))  # fmt: skip
 KINDS = (
     ("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"),
-    ("WSTAGE", "int>=0"),
+    ("WSTAGE", "int>=0"), ("MMA", "int>=0"), ("LEAN", "int>=0"),
 )  # fmt: skip
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
@@ -152,18 +166,28 @@ def check(params: Params) -> str | None:
         return f"DEPTH must be 1 to {MAX_DEPTH}"
     if depth(p) > 1 and p["PIPE"] not in (1, 2):
         return "DEPTH > 1 needs PIPE 1 or 2 (a ring of register sets or cp.async buffers)"
-    if int(p.get("PREFETCH", 0)) not in (0, 1):
-        return "PREFETCH must be 0 or 1"
+    if int(p.get("PREFETCH", 0)) not in (0, 1, 2):
+        return "PREFETCH must be 0, 1 or 2"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
-    if wstage(p) not in (0, 1):
-        return "WSTAGE must be 0 or 1"
+    if wstage(p) not in (0, 1, 2):
+        return "WSTAGE must be 0, 1 or 2"
     if wstage(p) and (p["PIPE"] != 1 or depth(p) < 2):
         return "WSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH filter buffers)"
     if wstage(p) and p["CB"] % 4:
         return "WSTAGE needs CB % 4 == 0 (16-byte chunks of whole channel groups)"
     if wstage(p) and cgroups(p) != 1:
         return "WSTAGE needs CGROUPS 1 (one ring of filter buffers a block)"
+    if int(p.get("LEAN", 0)) not in (0, 1):
+        return "LEAN must be 0 or 1"
+    if mma(p) not in (0, 1):
+        return "MMA must be 0 or 1"
+    if mma(p) and (p["KB"] % 16 or p["TILES"] % 8 or p["CB"] % 8):
+        return "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"
+    if mma(p) and (rounds(p) != 1 or cgroups(p) != 1):
+        return "MMA needs ROUNDS 1 and CGROUPS 1 (its M goes through shared memory in one round)"
+    if mma(p) and (int(p.get("PREFETCH", 0)) or int(p.get("UNROLL", 0))):
+        return "MMA needs PREFETCH 0 and UNROLL 0 (they shape the FMA loop it replaces)"
     d = derived(p)
     if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
         return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
@@ -210,6 +234,10 @@ def wstage(params: Params) -> int:
     return int(params.get("WSTAGE", dict(DEFAULTS)["WSTAGE"]))
 
 
+def mma(params: Params) -> int:
+    return int(params.get("MMA", dict(DEFAULTS)["MMA"]))
+
+
 def launch(params: Params, problem: Any) -> Launch:
     d = derived(params)
     grid = (-(-tiles(problem) // params["TILES"]), -(-problem.K // params["KB"]), split_c(params))
@@ -243,6 +271,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"winograd indexes the filters with 32-bit offsets: K*C*9 must be at most {MAX_IMAGE}"
     if wstage(params) and problem.dtype != "float32":
         return f"WSTAGE copies float32 filters only, not {problem.dtype}"
+    if mma(params) and problem.dtype != "float32":
+        return f"MMA computes float32 convolutions only (3xTF32), not {problem.dtype}"
     if wstage(params) and problem.C % 4:
         return f"WSTAGE copies filters in 16-byte chunks of 4 channels: C = {problem.C} is not a multiple of 4"
     gx, gy, _ = launch(params, problem).grid
