@@ -84,17 +84,13 @@ CONFIGS = {
     "wsnopf": dict(W1938, WSTAGE=1, PREFETCH=0),
     "wst32": dict(W1938, WSTAGE=1, TILES=32, TT=8),
     "b14ws": dict(B14, CGROUPS=1, WSTAGE=1),
-    # PREFETCH 2: the next two channels' fragments in flight; WSTAGE 2: filter copies first, filter items over all warps
+    # PREFETCH 2: the next two channels' fragments in flight (WSTAGE 2, measured at 00:29 and removed, is in the
+    # history and logs/probe_conv_pf2_ws2.log)
     "pf2": dict(W1938, PREFETCH=2),
     "wspf2": dict(W1938, WSTAGE=1, PREFETCH=2),
-    "ws2": dict(W1938, WSTAGE=2),
-    "ws2pf2": dict(W1938, WSTAGE=2, PREFETCH=2),
-    "ws2pf2s8": dict(W1938, WSTAGE=2, PREFETCH=2, SPAD=8),
-    "ws2pf2d3": dict(W1938, WSTAGE=2, PREFETCH=2, DEPTH=3),
     # MMA: the 16 GEMMs on tensor cores (3xTF32 mma.sync)
     "mma": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1),
     "mma_s8": dict(W1938, WSTAGE=1, PREFETCH=0, SPAD=8, MMA=1),
-    "mma_ws2": dict(W1938, WSTAGE=2, PREFETCH=0, MMA=1),
     "mma_d3": dict(W1938, WSTAGE=1, PREFETCH=0, DEPTH=3, MMA=1),
     "mma_t32": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=32, TT=8, MMA=1),  # 100 blocks of 256 threads
     "mma_t16": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=16, MMA=1),  # 196 blocks of 256 threads

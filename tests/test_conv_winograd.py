@@ -82,16 +82,11 @@ GOOD = {
         TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1
     ),
     "ws_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=1),
-    # PREFETCH 2: the GEMMs' next two channels in flight; WSTAGE 2: filter copies first, filter items over every warp
+    # PREFETCH 2: the GEMMs' next two channels in flight
     "pf2_b1": dict(
         TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=1
     ),
     "pf2_wide": dict(TILES=16, KB=16, CB=5, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=2),  # odd CB
-    "ws2_b1": dict(
-        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=2
-    ),  # 256 filters over 384 threads
-    "ws2_split": dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=2),
-    "ws2_t8": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=2),
     # MMA: the 16 GEMMs on tensor cores (3xTF32); 16 units over 12 warps (uneven), 32 over 4, 16 over 2 with SPLIT_C
     "mma_b1": dict(
         TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1
@@ -146,7 +141,7 @@ REJECTED = [
     (dict(D, MINB=5), "MINB blocks of THREADS threads must fit one SM (at most 2048 threads)"),
     (dict(D, CGROUPS=9), "CGROUPS must be 1 to 8 (named barriers 1..CGROUPS)"),
     (dict(D, PREFETCH=3), "PREFETCH must be 0, 1 or 2"),
-    (dict(D, PIPE=1, DEPTH=2, WSTAGE=3), "WSTAGE must be 0, 1 or 2"),
+    (dict(D, PIPE=1, DEPTH=2, WSTAGE=2), "WSTAGE must be 0 or 1"),
     (dict(D, WSTAGE=1), WS_PIPE),
     (dict(D, PIPE=1, WSTAGE=1), WS_PIPE),
     (dict(GOOD["odd_cb"], PIPE=1, DEPTH=2, WSTAGE=1),
@@ -367,12 +362,6 @@ EMULATED = [
     ("pf2_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
     ("pf2_wide", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
     ("pf2_wide", [2, 9, 7, 9, 20, 3, 3, 1, 0], "float16", "NCHW"),
-    # WSTAGE 2: filters fewer than threads (every warp a share) and as many; SPLIT_C with an empty slice
-    ("ws2_b1", [1, 20, 7, 8, 37, 3, 3, 1, 1], "float32", "NCHW"),
-    ("ws2_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
-    ("ws2_split", [1, 24, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),  # 6 steps in 2 slices of 3
-    ("ws2_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 1 step in 2 slices: one empty
-    ("ws2_t8", [2, 28, 5, 6, 20, 3, 3, 1, 0], "float32", "NCHW"),  # 128 filters, 128 threads; the ring wraps
     # MMA: a partial last step and channel block (zero rows and columns of the fragments); both layouts; SPLIT_C
     ("mma_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
     ("mma_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
@@ -547,8 +536,7 @@ def test_wstage_is_optional_and_adds_its_filter_buffers():
 
 def test_mma_is_optional_and_refuses_half_precision():
     """Absent or 0: the source of before MMA; 1 renders the tensor-core GEMMs (same launch), and float16 is
-    refused in one sentence. PREFETCH 2 and WSTAGE 2 are new values of optional parameters: their lower values
-    render as before."""
+    refused in one sentence. PREFETCH 2 renders its two register buffers; PREFETCH 1 renders as before."""
     base = GOOD["mma_b1"]
     plain = {k: v for k, v in base.items() if k != "MMA"}
     p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
@@ -560,9 +548,8 @@ def test_mma_is_optional_and_refuses_half_precision():
     assert CONV.check_problem("winograd", GOOD["mma_k32"], half) == (
         "MMA computes float32 convolutions only (3xTF32), not float16"
     )
-    two = render("conv2d", "winograd", GOOD["ws2_b1"], p)
-    assert "w_item(j)" in two.source and "fetch(c + 2, b)" in two.source
-    assert "w_item" not in render("conv2d", "winograd", GOOD["ws_b1"], p).source
+    assert "fetch(c + 2, b)" in render("conv2d", "winograd", GOOD["pf2_b1"], p).source
+    assert "fetch(c + 2, b)" not in render("conv2d", "winograd", GOOD["ws_b1"], p).source
 
 
 def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():

@@ -113,12 +113,9 @@ WINOGRAD_CONFIGS = [
     dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=1, WSTAGE=1),
     dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1),
     dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=1),
-    # PREFETCH 2 (the next two channels' fragments in flight; an odd CB) and WSTAGE 2 (filter copies before the tile
-    # addressing, filter transforms over every warp: fewer filters than threads, and as many)
-    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=2),
+    # PREFETCH 2: the next two channels' fragments in flight; an odd CB
+    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, PREFETCH=2, WSTAGE=1),
     dict(TILES=16, KB=16, CB=5, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=2),
-    dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=4, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=2),
-    dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=1, SPAD=4, PIPE=1, MINB=1, DEPTH=2, UNROLL=8, WSTAGE=2),
     # MMA (fp32 only): the 16 GEMMs on tensor cores, 3xTF32; uneven units over warps, many units a warp, SPLIT_C
     dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1),
     dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=1),

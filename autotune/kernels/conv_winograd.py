@@ -33,10 +33,7 @@ One fused kernel, so a candidate's time includes every transform:
   WSTAGE   (optional, default 0; fp32 with PIPE 1, DEPTH >= 2, CGROUPS 1, CB % 4 == 0, C % 4 == 0) 1: the step's
            filters are copied by 16-byte cp.async into a ring of DEPTH shared buffers [KB][CB * 9 + 4], spread over
            the threads (a filter's output channels are C * 9 floats apart, so a thread's own 9 taps are scattered
-           loads), and the filter transforms read their taps from shared memory. 2: the same, with the first DEPTH
-           steps' copies issued before any tile addressing, and a step's filter transforms spread over every warp
-           when there are fewer filters than threads (thread t takes filter t * CB * KB / THREADS when thread t + 1
-           takes another), so no warp is alone in transforming while the others wait at the barrier.
+           loads), and the filter transforms read their taps from shared memory.
   MMA      (optional, default 0; fp32, KB % 16 == 0, TILES % 8 == 0, CB % 8 == 0, ROUNDS 1, CGROUPS 1, PREFETCH 0,
            UNROLL 0) 1: the 16 GEMMs on tensor cores with fp32 accuracy (3xTF32: each operand split into a tf32
            high part and a residual in registers, three mma.sync.m16n8k8 a product). A warp takes whole (element,
@@ -170,8 +167,8 @@ def check(params: Params) -> str | None:
         return "PREFETCH must be 0, 1 or 2"
     if not 1 <= cgroups(p) <= MAX_CGROUPS:
         return f"CGROUPS must be 1 to {MAX_CGROUPS} (named barriers 1..CGROUPS)"
-    if wstage(p) not in (0, 1, 2):
-        return "WSTAGE must be 0, 1 or 2"
+    if wstage(p) not in (0, 1):
+        return "WSTAGE must be 0 or 1"
     if wstage(p) and (p["PIPE"] != 1 or depth(p) < 2):
         return "WSTAGE needs PIPE 1 and DEPTH >= 2 (a ring of DEPTH filter buffers)"
     if wstage(p) and p["CB"] % 4:
