@@ -548,6 +548,12 @@ def test_mma_is_optional_and_refuses_half_precision():
     assert CONV.check_problem("winograd", GOOD["mma_k32"], half) == (
         "MMA computes float32 convolutions only (3xTF32), not float16"
     )
+    deep, deeper = (CONV.problem(f"n1c{c}h7w7k64r3s3u1p1", "float32", "NCHW") for c in (512, 513))
+    assert CONV.check_problem("winograd", base, deep) is None
+    assert CONV.check_problem("winograd", base, deeper) == (
+        "MMA sums the input channels in tensor-core accumulators, whose error grows with C: it is verified up to "
+        "C = 512, not 513"
+    )
     assert "fetch(c + 2, b)" in render("conv2d", "winograd", GOOD["pf2_b1"], p).source
     assert "fetch(c + 2, b)" not in render("conv2d", "winograd", GOOD["ws_b1"], p).source
 

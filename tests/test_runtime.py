@@ -291,3 +291,22 @@ def test_a_packed_gemm_runs_its_pack_steps_then_the_gemm_on_the_copies(monkeypat
     assert log[0][2] == ("a", "packed A 0", 37, 29, 32) and log[1][2] == ("b", "packed B 0", 45, 29, 32)
     assert log[2][2][:8] == ("packed A 0", "packed B 0", "c", 37, 45, 29, 2.0, 0.5)
     assert log[5][2][:2] == ("packed A 1", "packed B 1") and log[2][1] == launch.grid
+
+
+def test_a_winograd_mma_entry_is_not_served_nearest_to_a_layer_deeper_than_its_measured_accuracy(tmp_path):
+    """MMA's error grows with C; conv_winograd refuses C above MMA_MAX_C, so the lookup passes the MMA entry over
+    for such a layer and serves the next nearest one (and serves the MMA entry where C is within the bound)."""
+    conv = FAMILIES["conv2d"]
+    d = tmp_path / "tuned"
+    mma = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1)
+    fma = dict(TILES=32, KB=16, CB=8, KT=8, TT=4, ET=1, SPAD=8, PIPE=1, MINB=1)
+    for label, params in (("n1c64h56w56k64r3s3u1p1", mma), ("n1c256h14w14k256r3s3u1p1", fma)):
+        p = conv.problem(label, "float32", "NCHW")
+        e = {"template": "winograd", "params": params, "verified": True, "median_ms": 0.013,
+             "template_hash": template_hash("conv2d", "winograd"),
+             "source_hash": render("conv2d", "winograd", params, p).source_hash}  # fmt: skip
+        merge(d / H200 / "conv2d.json", {}, f"float32/NCHW/{label}", e)
+    near = choose("conv2d", conv.problem("n1c128h56w56k64r3s3u1p1", "float32", "NCHW"), H200, "sm_90", d)
+    assert (near.step, near.params.get("MMA")) == ("nearest", 1)
+    deep = choose("conv2d", conv.problem("n1c1024h56w56k64r3s3u1p1", "float32", "NCHW"), H200, "sm_90", d)
+    assert deep.step == "nearest" and "MMA" not in deep.params and deep.source.endswith("n1c256h14w14k256r3s3u1p1")

@@ -39,6 +39,7 @@ One fused kernel, so a candidate's time includes every transform:
            high part and a residual in registers, three mma.sync.m16n8k8 a product). A warp takes whole (element,
            16 output channels) units over all of the block's tiles, so ET, KT and TT only set the threads (and the
            transforms' share of each). For layers whose FMA loop is bound by shared-memory loads (batch 1).
+           Its error grows with C (the accumulators do not round like FMAs): C above MMA_MAX_C is refused.
   LEAN     (optional, default 0) 1: fewer instructions before the first global loads, which batch-1 layers wait
            on: unsigned 32-bit divisions for the tile coordinates, the in-image mask of a 4x4 patch built from a
            nibble of rows and one of columns (instead of 16 pairs of compares), the channel check folded into it
@@ -97,6 +98,10 @@ SM_THREADS = 2048
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 MAX_IMAGE = 2**31 - 1  # elements of one input image (H*W*C): the kernel's offsets within an image are ints
+# MMA sums all C input channels in the tensor cores' fp32 accumulators, which do not round like FMAs: its error
+# grows with C (on the H200: 5.2e-7 at C = 64, 1.9e-6 at 256, 3.7e-6 at 512, against the 1e-5 tolerance). Larger
+# C is refused, so the runtime never serves an MMA entry to a layer its accuracy was not measured on.
+MMA_MAX_C = 512
 ETS = (1, 2, 4, 8, 16)
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -270,6 +275,11 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return f"WSTAGE copies float32 filters only, not {problem.dtype}"
     if mma(params) and problem.dtype != "float32":
         return f"MMA computes float32 convolutions only (3xTF32), not {problem.dtype}"
+    if mma(params) and problem.C > MMA_MAX_C:
+        return (
+            f"MMA sums the input channels in tensor-core accumulators, whose error grows with C: it is verified up "
+            f"to C = {MMA_MAX_C}, not {problem.C}"
+        )
     if wstage(params) and problem.C % 4:
         return f"WSTAGE copies filters in 16-byte chunks of 4 channels: C = {problem.C} is not a multiple of 4"
     gx, gy, _ = launch(params, problem).grid
