@@ -129,8 +129,7 @@ int main(int argc, char** argv) {
           std::barrier<> bar(threads);
           g_bar = &bar;
 #ifdef AUTOTUNE_HOST_EMULATION
-          std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-          for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
+          const auto warp_bars = host_warp_barriers(threads);
 #endif
           std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
           std::vector<std::thread> ts;
@@ -163,6 +162,13 @@ unsigned char* g_smem_base;
 size_t g_smem_size;
 std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+// One barrier per warp of a block of `threads` threads, installed in g_warp_bar; they live as long as the result
+// (a launcher keeps it for the block's run).
+inline std::vector<std::unique_ptr<std::barrier<>>> host_warp_barriers(int threads) {
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  for (int w = 0; w < threads / 32; ++w) { bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = bars.back().get(); }
+  return bars;
+}
 
 inline void cp_async16(void* dst, const void* src, bool in_bounds) {
   PendingCopy c; c.dst = (unsigned char*)dst;

@@ -265,8 +265,7 @@ int main(int argc, char** argv) {
         std::barrier<> bar(threads);
         g_bar = &bar;
 #ifdef AUTOTUNE_HOST_EMULATION  // the mma emulation (MMA_PTX) meets each warp at its barrier
-        std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-        for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
+        const auto warp_bars = host_warp_barriers(threads);
 #endif
         std::fill(smem.begin(), smem.end(), NAN);  // stale shared memory must never matter
         std::vector<std::thread> ts;

@@ -171,8 +171,7 @@ int main(int argc, char** argv) {
       blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
       std::barrier<> bar(threads);
       g_bar = &bar;
-      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-      for (int wi = 0; wi < threads / 32; ++wi) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[wi] = warp_bars.back().get(); }
+      const auto warp_bars = host_warp_barriers(threads);
       std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in fp16 and fp32: stale reads show
       std::vector<std::thread> ts;
       for (int t = 0; t < threads; ++t)

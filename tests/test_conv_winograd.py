@@ -513,14 +513,22 @@ def test_prefetch_is_optional_and_leaves_the_plain_source_unchanged():
     assert CONV.launch("winograd", dict(D, PREFETCH=1), p) == CONV.launch("winograd", D, p)
 
 
+def _without_and_with(base, name):
+    """The batch-1 NCHW problem, base without parameter ``name``, and the renders of base with it at 0 (checked
+    to be the source without it) and as given."""
+    plain = {k: v for k, v in base.items() if k != name}
+    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
+    r0, r1 = render("conv2d", "winograd", {**plain, name: 0}, p), render("conv2d", "winograd", base, p)
+    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash
+    return p, plain, r0, r1
+
+
 def test_wstage_is_optional_and_adds_its_filter_buffers():
     """Absent or 0: the source of before WSTAGE; 1 adds DEPTH buffers of KB x (CB * 9 + 4) floats, and the
     dtypes and channel counts it cannot copy are refused in one sentence."""
     base = GOOD["ws_b1"]
-    plain = {k: v for k, v in base.items() if k != "WSTAGE"}
-    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
-    r0, r1 = render("conv2d", "winograd", dict(plain, WSTAGE=0), p), render("conv2d", "winograd", base, p)
-    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash and "WSTAGE" not in r0.source
+    p, plain, r0, r1 = _without_and_with(base, "WSTAGE")
+    assert "WSTAGE" not in r0.source
     assert r1.kernel_name == r0.kernel_name + "_wstage1" and "copy_w(" in r1.source
     assert (
         CONV.launch("winograd", base, p).shared_bytes
@@ -538,10 +546,8 @@ def test_mma_is_optional_and_refuses_half_precision():
     """Absent or 0: the source of before MMA; 1 renders the tensor-core GEMMs (same launch), and float16 is
     refused in one sentence. PREFETCH 2 renders its two register buffers; PREFETCH 1 renders as before."""
     base = GOOD["mma_b1"]
-    plain = {k: v for k, v in base.items() if k != "MMA"}
-    p = CONV.problem("n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
-    r0, r1 = render("conv2d", "winograd", dict(plain, MMA=0), p), render("conv2d", "winograd", base, p)
-    assert r0.source_hash == render("conv2d", "winograd", plain, p).source_hash and "mma_tf32" not in r0.source
+    p, plain, r0, r1 = _without_and_with(base, "MMA")
+    assert "mma_tf32" not in r0.source
     assert r1.kernel_name == r0.kernel_name + "_mma1" and "mma.sync.aligned.m16n8k8" in r1.source
     assert CONV.launch("winograd", base, p) == CONV.launch("winograd", plain, p)
     half = CONV.problem("n1c64h56w56k64r3s3u1p1", "float16", "NCHW")

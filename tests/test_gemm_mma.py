@@ -246,8 +246,7 @@ int main(int argc, char** argv) {
       blockIdx = {x, y, 0};
       std::barrier<> bar(threads);
       g_bar = &bar;
-      std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-      for (int w = 0; w < threads / 32; ++w) { warp_bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = warp_bars.back().get(); }
+      const auto warp_bars = host_warp_barriers(threads);
       std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in both 16-bit types and in fp32
       std::vector<std::thread> ts;
       for (int t = 0; t < threads; ++t)
