@@ -3,13 +3,14 @@ same layer with growing input channels C (so growing reduction steps), verified 
 harness (L2 flushed before every launch). The intercept of time against steps is launch, prologue and
 epilogue; the slope is what a step costs.
 
-    python3 benchmarks/probe_conv_steps.py [--layer 1,64,56,56,64] [--channels 8 16 32 64 128]
+    python3 benchmarks/probe_conv_steps.py [--layer 1,64,56,56,64] [--channels 8 16 32 64 128] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 from autotune.bench import L2Flusher, TimingPlan
@@ -103,6 +104,23 @@ CONFIGS = {
     "lean": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=1),
     "lean_pf2": dict(W1938, WSTAGE=1, PREFETCH=2, LEAN=1),
     "lean_pf1": dict(W1938, WSTAGE=1, LEAN=1),
+    # MMA 2: the mmas in pieces of one n8 tile, an equal run of them a warp (MMA 1: 16 units over 12 warps)
+    "mma2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=2, LEAN=1),
+    "mma2_cb32": dict(W1938, WSTAGE=1, PREFETCH=0, CB=32, MMA=2, LEAN=1),  # 2 steps, 168 registers
+    "mma2_cb8": dict(W1938, WSTAGE=1, PREFETCH=0, CB=8, MMA=2, LEAN=1),
+    "mma2_d3": dict(W1938, WSTAGE=1, PREFETCH=0, DEPTH=3, MMA=2, LEAN=1),
+    "mma2_t32": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=32, TT=8, MMA=2, LEAN=1),  # 100 blocks of 256 threads
+    "mma2_t16": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=16, MMA=2, LEAN=1),  # 196 blocks of 256 threads
+    "mma2_k32": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=16, KB=32, KT=8, MMA=2, LEAN=1),  # 98 blocks
+    # WLEAD: the filter copies 1-2 steps further ahead than the input loads; LEAN 2: the epilogue's coordinates
+    # computed in the prologue (probe_conv_timeline.py: steps 0-1 waited ~0.5 us each for their own filter copies)
+    "wl1": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=1, WLEAD=1),
+    "l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2),
+    "wl1l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, WLEAD=1),
+    "wl2l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, WLEAD=2),
+    "wl1l2d3": dict(W1938, WSTAGE=1, PREFETCH=0, DEPTH=3, MMA=1, LEAN=2, WLEAD=1),
+    "wl1l2m2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=2, LEAN=2, WLEAD=1),
+    "wl1l2cb8": dict(W1938, WSTAGE=1, PREFETCH=0, CB=8, MMA=1, LEAN=2, WLEAD=1),
 }
 
 
@@ -114,6 +132,7 @@ def main() -> int:
     ap.add_argument("--layout", default="NCHW")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only", nargs="+", choices=sorted(CONFIGS), default=None, help="configurations to time")
+    ap.add_argument("--rounds", type=int, default=1, help="time the list this many times over (interleaved)")
     args = ap.parse_args()
     n, _, h, w, k = (int(v) for v in args.layer.split(","))
     gpu = current_gpu()
@@ -121,19 +140,28 @@ def main() -> int:
                         timing=TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0))  # fmt: skip
     flush = L2Flusher()
     rows = []
-    print(f"{'config':<8} " + " ".join(f"{'C=' + str(c):>9}" for c in args.channels) + "   (us, L2 flushed)")
-    for label, params in CONFIGS.items():
-        if args.only and label not in args.only:
-            continue
-        times = []
-        for c in args.channels:
-            problem = CONV.problem([n, c, h, w, k, 3, 3, 1, 1], args.dtype, args.layout)
-            r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), settings, flush)
-            us = r.timing.median_ms * 1e3 if r.timing else float("nan")
-            times.append(us)
-            rows.append({"config": label, "params": params, "C": c, "status": r.status.value, "us": us,
-                         "reason": r.reason})  # fmt: skip
-        print(f"{label:<8} " + " ".join(f"{t:>9.2f}" for t in times))
+    head = f"{'config':<8} " + " ".join(f"{'C=' + str(c):>9}" for c in args.channels) + "   (us, L2 flushed)"
+    labels = [label for label in CONFIGS if not args.only or label in args.only]
+    times: dict[str, list[list[float]]] = {label: [] for label in labels}
+    for rnd in range(args.rounds):
+        print(head if args.rounds == 1 else f"round {rnd + 1}: " + head)
+        for label in labels:
+            params = CONFIGS[label]
+            row = []
+            for c in args.channels:
+                problem = CONV.problem([n, c, h, w, k, 3, 3, 1, 1], args.dtype, args.layout)
+                r = evaluate(Candidate("conv2d", "winograd", problem, Config.of(params)), settings, flush)
+                us = r.timing.median_ms * 1e3 if r.timing else float("nan")
+                row.append(us)
+                rows.append({"config": label, "params": params, "C": c, "round": rnd, "status": r.status.value,
+                             "us": us, "reason": r.reason})  # fmt: skip
+            times[label].append(row)
+            print(f"{label:<8} " + " ".join(f"{t:>9.2f}" for t in row))
+    if args.rounds > 1:
+        print(f"median of {args.rounds} rounds: " + head)
+        for label in labels:
+            med = [statistics.median(r[i] for r in times[label]) for i in range(len(args.channels))]
+            print(f"{label:<8} " + " ".join(f"{t:>9.2f}" for t in med))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0
