@@ -104,23 +104,15 @@ CONFIGS = {
     "lean": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=1),
     "lean_pf2": dict(W1938, WSTAGE=1, PREFETCH=2, LEAN=1),
     "lean_pf1": dict(W1938, WSTAGE=1, LEAN=1),
-    # MMA 2: the mmas in pieces of one n8 tile, an equal run of them a warp (MMA 1: 16 units over 12 warps)
-    "mma2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=2, LEAN=1),
-    "mma2_cb32": dict(W1938, WSTAGE=1, PREFETCH=0, CB=32, MMA=2, LEAN=1),  # 2 steps, 168 registers
-    "mma2_cb8": dict(W1938, WSTAGE=1, PREFETCH=0, CB=8, MMA=2, LEAN=1),
-    "mma2_d3": dict(W1938, WSTAGE=1, PREFETCH=0, DEPTH=3, MMA=2, LEAN=1),
-    "mma2_t32": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=32, TT=8, MMA=2, LEAN=1),  # 100 blocks of 256 threads
-    "mma2_t16": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=16, MMA=2, LEAN=1),  # 196 blocks of 256 threads
-    "mma2_k32": dict(W1938, WSTAGE=1, PREFETCH=0, TILES=16, KB=32, KT=8, MMA=2, LEAN=1),  # 98 blocks
-    # WLEAD: the filter copies 1-2 steps further ahead than the input loads; LEAN 2: the epilogue's coordinates
-    # computed in the prologue (probe_conv_timeline.py: steps 0-1 waited ~0.5 us each for their own filter copies)
-    "wl1": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=1, WLEAD=1),
+    # LEAN 2: the epilogue's coordinates computed in the prologue (MMA 2, the mmas spread evenly over the warps,
+    # and WLEAD, the filter copies further ahead, measured slower at 02:30-02:39 UTC and were removed: in the
+    # history and logs/probe_conv_mma2.log, logs/probe_conv_wlead_lean2.log)
     "l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2),
-    "wl1l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, WLEAD=1),
-    "wl2l2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, WLEAD=2),
-    "wl1l2d3": dict(W1938, WSTAGE=1, PREFETCH=0, DEPTH=3, MMA=1, LEAN=2, WLEAD=1),
-    "wl1l2m2": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=2, LEAN=2, WLEAD=1),
-    "wl1l2cb8": dict(W1938, WSTAGE=1, PREFETCH=0, CB=8, MMA=1, LEAN=2, WLEAD=1),
+    "l2_s8": dict(W1938, WSTAGE=1, PREFETCH=0, SPAD=8, MMA=1, LEAN=2),
+    # UPAD: U's own row padding (SPAD 0 leaves the A-fragment reads and the U stores 2-way bank conflicted)
+    "lean_u8": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=1, UPAD=8),
+    "l2_u8": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, UPAD=8),
+    "l2_u4": dict(W1938, WSTAGE=1, PREFETCH=0, MMA=1, LEAN=2, UPAD=4),
 }
 
 

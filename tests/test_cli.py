@@ -48,7 +48,7 @@ def test_compile_only_reports_resources_without_a_gpu(capsys):
 
 
 def test_compile_only_samples_a_large_space_without_rendering_all_of_it(capsys):
-    """configs/conv_b1.yaml has 2.9 million configurations: --limit samples them by seeded random walks."""
+    """configs/conv_b1.yaml has 4.4 million configurations: --limit samples them by seeded random walks."""
     spec = str(ROOT / "configs" / "conv_b1.yaml")
     code = main(["run", spec, "--compile-only", "--arch", "sm_90", "--limit", "2", "--jobs", "1"])
     captured = capsys.readouterr()
@@ -61,7 +61,7 @@ def test_compile_only_samples_a_large_space_without_rendering_all_of_it(capsys):
 def test_compile_only_of_a_huge_space_without_limit_says_to_sample(capsys):
     assert main(["run", str(ROOT / "configs" / "conv_b1.yaml"), "--compile-only", "--arch", "sm_90"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--limit N" in err[0] and "2,903,040 configurations" in err[0], err
+    assert len(err) == 1 and "--limit N" in err[0] and "4,354,560 configurations" in err[0], err
 
 
 def test_compile_only_with_a_bad_arch_is_one_clear_error(capsys):

@@ -91,15 +91,6 @@ GOOD = {
     ),
     "mma_k32": dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=1),
     "mma_split": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=8, PIPE=2, MINB=1, ROUNDS=1, SPLIT_C=2, MMA=1),
-    # MMA 2: the same mmas in pieces of one n8 tile, an equal run a warp (4 pieces over 2 units; 16 over 1 unit)
-    "mma2_b1": dict(
-        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=2, LEAN=1
-    ),
-    "mma2_cb32": dict(
-        TILES=24, KB=16, CB=32, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=2
-    ),
-    "mma2_k32": dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=2),
-    "mma2_split": dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=8, PIPE=2, MINB=1, ROUNDS=1, SPLIT_C=2, MMA=2),
     # LEAN: the in-image mask from row and column nibbles, unsigned tile divisions, the channel check in the mask
     "lean_b1": dict(
         TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, LEAN=1
@@ -107,27 +98,15 @@ GOOD = {
     "lean_cp": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, LEAN=1),  # PIPE 2, odd CB
     # LEAN 2: the epilogue's pair coordinates in the prologue, no epilogue barrier after the step loop's last one
     "lean2_p2": dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=2, ROUNDS=2, LEAN=2),
-    # WLEAD: the filter copies 1 or 2 steps further ahead than the input loads (a ring of DEPTH + WLEAD buffers)
-    "wlead_b1": dict(
-        TILES=24,
-        KB=16,
-        CB=16,
-        KT=4,
-        TT=4,
-        ET=1,
-        SPAD=0,
-        PIPE=1,
-        MINB=1,
-        DEPTH=2,
-        ROUNDS=1,
-        WSTAGE=1,
-        MMA=1,
-        LEAN=2,
-        WLEAD=1,
+    "lean2_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, LEAN=2
     ),
-    "wlead2_split": dict(
-        TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1, WLEAD=2
+    "lean2_split": dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, LEAN=2),
+    # UPAD: U's rows padded apart from V's (MMA: the A fragments' reads; FMA: the float4 reads of U)
+    "upad_b1": dict(
+        TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, UPAD=8
     ),
+    "upad_fma": dict(TILES=16, KB=16, CB=5, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=2, UPAD=0),
 }
 PROBLEM = "n32c64h56w56k64r3s3u1p1"
 
@@ -135,10 +114,10 @@ PROBLEM = "n32c64h56w56k64r3s3u1p1"
 def test_registered_with_its_parameters_and_a_source_file():
     info = CONV.templates["winograd"]
     assert info.params == ("TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL",
-                           "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN", "WLEAD")  # fmt: skip
+                           "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN", "UPAD")  # fmt: skip
     assert (
         info.optional
-        == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN", "WLEAD")
+        == ("SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS", "PREFETCH", "WSTAGE", "MMA", "LEAN", "UPAD")
         and info.kind("UNROLL") == "int>=0"
         and info.kind("WSTAGE") == "int>=0"
         and info.kind("MMA") == "int>=0"
@@ -184,9 +163,7 @@ REJECTED = [
     (dict(D, LEAN=2), "LEAN 2 needs DEPTH >= 2 and CGROUPS 1 (the step loop ends at a block barrier)"),
     (dict(D, PIPE=2, DEPTH=2, CGROUPS=2, LEAN=2),
      "LEAN 2 needs DEPTH >= 2 and CGROUPS 1 (the step loop ends at a block barrier)"),
-    (dict(GOOD["wlead_b1"], WLEAD=3), "WLEAD must be 0 to 2"),
-    (dict(GOOD["wlead_b1"], WSTAGE=0), "WLEAD needs WSTAGE 1 (it moves the filter copies)"),
-    (dict(GOOD["mma_k32"], MMA=3), "MMA must be 0, 1 or 2"),
+    (dict(GOOD["mma_k32"], MMA=2), "MMA must be 0 or 1"),
     (dict(GOOD["mma_k32"], CB=4), "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"),
     (dict(GOOD["mma_k32"], KB=24, KT=4, ET=4),
      "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"),
@@ -200,6 +177,7 @@ REJECTED = [
     (dict(D, TILES=36), "TT must divide TILES"),
     (dict(D, ET=3), "ET must divide 16"),
     (dict(D, SPAD=2), "SPAD must be a multiple of 4 (16-byte rows)"),
+    (dict(D, UPAD=6), "UPAD must be a non-negative multiple of 4 (16-byte rows)"),
     (dict(D, TILES=8, KB=4), "(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most 1024"),
     (dict(D, KB=128), "(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most 1024"),
     (dict(D, KT=8, KB=64, TT=8, TILES=64, ET=4), "at most 128 accumulators per thread (ET*KT*TT)"),
@@ -404,27 +382,22 @@ EMULATED = [
     ("mma_k32", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
     ("mma_k32", [2, 9, 7, 9, 20, 3, 3, 1, 0], "float32", "NCHW"),
     ("mma_split", [2, 20, 9, 11, 37, 3, 3, 1, 1], "float32", "NCHW"),
-    # MMA 2: runs of pieces crossing units (a new A fragment mid-run); a partial step and channel block; SPLIT_C
-    ("mma2_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
-    ("mma2_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
-    ("mma2_cb32", [1, 72, 9, 7, 20, 3, 3, 1, 1], "float32", "NCHW"),  # 3 steps, the last 8 channels
-    ("mma2_k32", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
-    ("mma2_split", [2, 20, 9, 11, 37, 3, 3, 1, 1], "float32", "NCHW"),
     # LEAN: pad 1 and 2 (rows and columns outside on both sides), tiles of several images a block, a partial step
     ("lean_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
     ("lean_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
     ("lean_cp", [2, 10, 7, 9, 6, 3, 3, 1, 2], "float16", "NCHW"),
     ("lean_cp", [1, 17, 5, 3, 20, 3, 3, 1, 0], "float32", "NHWC"),
-    # LEAN 2: two epilogue rounds (the second keeps its barrier); a tile past the last; SPLIT_C
+    # LEAN 2: two epilogue rounds (the second keeps its barrier); tiles of three images a block; an empty SPLIT_C
+    # slice (its step loop never runs)
     ("lean2_p2", [2, 10, 7, 9, 6, 3, 3, 1, 2], "float16", "NCHW"),
     ("lean2_p2", [1, 17, 5, 3, 20, 3, 3, 1, 0], "float32", "NHWC"),
-    # WLEAD: fewer steps than the lead (1), a partial last step (3), the ring wrapping (6); slices of 3 and an
-    # empty slice with SPLIT_C
-    ("wlead_b1", [1, 16, 5, 6, 20, 3, 3, 1, 1], "float32", "NHWC"),
-    ("wlead_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
-    ("wlead_b1", [1, 96, 6, 5, 17, 3, 3, 1, 1], "float32", "NCHW"),
-    ("wlead2_split", [1, 24, 7, 9, 6, 3, 3, 1, 1], "float32", "NCHW"),
-    ("wlead2_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),
+    ("lean2_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("lean2_b1", [3, 8, 5, 4, 33, 3, 3, 1, 2], "float32", "NHWC"),
+    ("lean2_split", [2, 4, 6, 12, 6, 3, 3, 1, 0], "float32", "NHWC"),  # 1 step in 2 slices: one empty
+    # UPAD: U's rows 24 floats apart, V's 24 (MMA); U's 16, V's 20 (FMA, odd CB)
+    ("upad_b1", [1, 40, 7, 9, 37, 3, 3, 1, 1], "float32", "NCHW"),
+    ("upad_fma", [1, 17, 8, 6, 70, 3, 3, 1, 2], "float32", "NHWC"),
+    ("upad_fma", [2, 9, 7, 9, 20, 3, 3, 1, 0], "float16", "NCHW"),
 ]
 
 

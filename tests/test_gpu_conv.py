@@ -120,33 +120,16 @@ WINOGRAD_CONFIGS = [
     dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1),
     dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=1),
     dict(TILES=8, KB=16, CB=8, KT=4, TT=4, ET=2, SPAD=8, PIPE=2, MINB=1, ROUNDS=1, SPLIT_C=2, MMA=1),
-    # MMA 2: the mmas in pieces of one n8 tile, an equal run a warp; CB 32 (two steps at C = 64); many pieces a warp
-    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=2, LEAN=1),
-    dict(TILES=24, KB=16, CB=32, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=2),
-    dict(TILES=16, KB=32, CB=8, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, ROUNDS=1, MMA=2),
     # LEAN (the in-image mask from row and column nibbles): with MMA, and PIPE 2 with an odd CB
     dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, LEAN=1),
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, LEAN=1),
-    # LEAN 2 (the epilogue's coordinates in the prologue) and WLEAD (filter copies 1-2 steps further ahead)
+    # LEAN 2 (the epilogue's coordinates in the prologue, its first barrier dropped): PIPE 2, MMA, SPLIT_C
     dict(TILES=16, KB=8, CB=3, KT=4, TT=4, ET=4, SPAD=8, PIPE=2, MINB=1, DEPTH=2, ROUNDS=2, LEAN=2),
-    dict(
-        TILES=24,
-        KB=16,
-        CB=16,
-        KT=4,
-        TT=4,
-        ET=1,
-        SPAD=0,
-        PIPE=1,
-        MINB=1,
-        DEPTH=2,
-        ROUNDS=1,
-        WSTAGE=1,
-        MMA=1,
-        LEAN=2,
-        WLEAD=1,
-    ),
-    dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, WSTAGE=1, WLEAD=2),
+    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, LEAN=2),
+    dict(TILES=16, KB=8, CB=4, KT=4, TT=4, ET=2, SPAD=8, PIPE=1, MINB=1, DEPTH=3, SPLIT_C=2, LEAN=2),
+    # UPAD: U's own row padding (MMA; FMA with an odd CB)
+    dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, DEPTH=2, ROUNDS=1, WSTAGE=1, MMA=1, UPAD=8),
+    dict(TILES=16, KB=16, CB=5, KT=8, TT=4, ET=2, SPAD=4, PIPE=0, MINB=1, PREFETCH=2, UPAD=0),
 ]
 
 
@@ -158,7 +141,7 @@ WINOGRAD_CONFIGS = [
     ids=lambda p: (
         f"t{p['TILES']}kb{p['KB']}kt{p['KT']}tt{p['TT']}et{p['ET']}cb{p['CB']}p{p['PIPE']}m{p['MINB']}"
         f"s{p.get('SPLIT_C', 1)}d{p.get('DEPTH', 1)}r{p.get('ROUNDS', 0)}c{p.get('CGROUPS', 1)}f{p.get('PREFETCH', 0)}"
-        f"w{p.get('WSTAGE', 0)}m{p.get('MMA', 0)}l{p.get('LEAN', 0)}o{p.get('WLEAD', 0)}"
+        f"w{p.get('WSTAGE', 0)}m{p.get('MMA', 0)}l{p.get('LEAN', 0)}u{p.get('UPAD', -1)}"
     ),
 )
 def test_winograd_is_correct_in_both_layouts_and_records_its_error(settings, dtype, layout, params):

@@ -39,19 +39,16 @@ One fused kernel, so a candidate's time includes every transform:
            high part and a residual in registers, three mma.sync.m16n8k8 a product). A warp takes whole (element,
            16 output channels) units over all of the block's tiles, so ET, KT and TT only set the threads (and the
            transforms' share of each). For layers whose FMA loop is bound by shared-memory loads (batch 1).
-           2: the same mmas in pieces of one n8 tile, an equal run of them a warp (16 units over 12 warps leave
-           4 warps two units, and every barrier waits for those).
            Its error grows with C (the accumulators do not round like FMAs): C above MMA_MAX_C is refused.
+  UPAD     (optional, default: SPAD) the padding of U's rows alone (KBS = KB + UPAD), so U and V get their own:
+           with SPAD 0 at KB 16 the MMA fragment reads and the filter transforms' stores of U hit each bank twice
+           (rows 16 floats apart), while V's rows of TILES 24 want no padding.
   LEAN     (optional, default 0) 1: fewer instructions before the first global loads, which batch-1 layers wait
            on: unsigned 32-bit divisions for the tile coordinates, the in-image mask of a 4x4 patch built from a
            nibble of rows and one of columns (instead of 16 pairs of compares), the channel check folded into it
            once a step. The same kernel otherwise. 2 (DEPTH >= 2, CGROUPS 1): also the epilogue's (channel, tile)
            coordinates computed in the prologue, while the first loads are in flight, and the epilogue's first
            barrier dropped (the step loop already ends at one).
-  WLEAD    (optional, default 0; WSTAGE 1) the filter copies WLEAD (1 or 2) steps further ahead than the input
-           loads, in a ring of DEPTH + WLEAD filter buffers. With WLEAD 0 a step's filter copies, issued at the
-           start of a step, are waited for at its end, so batch-1 steps wait out a DRAM round trip; the prologue
-           also waits for step 1's filters before the first transform (WLEAD waits for them after it).
   CGROUPS  (optional, default 1) the block is CGROUPS groups of THREADS threads; each group runs the step loop
            on its own slice of the input channels (whole CB steps) with its own stages and its own named barrier,
            and the epilogue sums the groups' M in shared memory in group order. More warps an SM and shorter
@@ -82,15 +79,15 @@ from .base import Launch, Params
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
-    "PREFETCH", "WSTAGE", "MMA", "LEAN", "WLEAD",
+    "PREFETCH", "WSTAGE", "MMA", "LEAN", "UPAD",
 )  # fmt: skip
 # Parameters added after winners were stored: absent means this value, and at this value the kernel name and
 # source are those of before the parameter existed (stored entries keep their source_hash).
 DEFAULTS = (("SPLIT_C", 1), ("DEPTH", 1), ("UNROLL", 0), ("ROUNDS", 0), ("CGROUPS", 1), ("PREFETCH", 0), ("WSTAGE", 0),
-            ("MMA", 0), ("LEAN", 0), ("WLEAD", 0))  # fmt: skip
+            ("MMA", 0), ("LEAN", 0), ("UPAD", -1))  # fmt: skip
 KINDS = (
     ("SPAD", "int>=0"), ("PIPE", "int>=0"), ("UNROLL", "int>=0"), ("ROUNDS", "int>=0"), ("PREFETCH", "int>=0"),
-    ("WSTAGE", "int>=0"), ("MMA", "int>=0"), ("LEAN", "int>=0"), ("WLEAD", "int>=0"),
+    ("WSTAGE", "int>=0"), ("MMA", "int>=0"), ("LEAN", "int>=0"), ("UPAD", "int>=0"),
 )  # fmt: skip
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
@@ -125,13 +122,13 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     p = params
     kg, tg, eg = p["KB"] // p["KT"], p["TILES"] // p["TT"], 16 // p["ET"]
     threads = eg * kg * tg
-    kbs, ts = p["KB"] + p["SPAD"], p["TILES"] + p["SPAD"]
+    kbs, ts = p["KB"] + upad(p), p["TILES"] + p["SPAD"]
     stages = 2 if p["PIPE"] else 1
     x_items, w_items = -(-p["CB"] * p["TILES"] // threads), -(-p["CB"] * p["KB"] // threads)
     raw = 16 * x_items + 9 * w_items if p["PIPE"] == 2 else 0  # floats a thread copies per step
     staged = stages * 16 * p["CB"] * (kbs + ts) + depth(p) * raw * threads  # U and V per stage; PIPE 2's raw ring
     wf = 9 * p["CB"] + 4  # WSTAGE: floats per output channel of a filter buffer
-    staged += (depth(p) + wlead(p)) * p["KB"] * wf if wstage(p) else 0
+    staged += depth(p) * p["KB"] * wf if wstage(p) else 0
     rc = p["KT"] // rounds(p) if p["KT"] % rounds(p) == 0 else 1  # thread-tile channels an epilogue round
     epilogue = 16 * rc * kg * ts  # rc channels of every thread's tile, all 16 elements
     return {
@@ -168,6 +165,8 @@ def check(params: Params) -> str | None:
         return "ET must divide 16"
     if p["SPAD"] % 4:
         return "SPAD must be a multiple of 4 (16-byte rows)"
+    if upad(p) % 4 or upad(p) < 0:
+        return "UPAD must be a non-negative multiple of 4 (16-byte rows)"
     if p["PIPE"] not in (0, 1, 2):
         return "PIPE must be 0, 1 or 2"
     if not 1 <= split_c(p) <= MAX_GRID_Y:
@@ -192,12 +191,8 @@ def check(params: Params) -> str | None:
         return "LEAN must be 0, 1 or 2"
     if int(p.get("LEAN", 0)) == 2 and (depth(p) < 2 or cgroups(p) != 1):
         return "LEAN 2 needs DEPTH >= 2 and CGROUPS 1 (the step loop ends at a block barrier)"
-    if wlead(p) not in (0, 1, 2):
-        return "WLEAD must be 0 to 2"
-    if wlead(p) and wstage(p) != 1:
-        return "WLEAD needs WSTAGE 1 (it moves the filter copies)"
-    if mma(p) not in (0, 1, 2):
-        return "MMA must be 0, 1 or 2"
+    if mma(p) not in (0, 1):
+        return "MMA must be 0 or 1"
     if mma(p) and (p["KB"] % 16 or p["TILES"] % 8 or p["CB"] % 8):
         return "MMA needs KB % 16 == 0, TILES % 8 == 0 and CB % 8 == 0 (m16n8k8 tiles)"
     if mma(p) and (rounds(p) != 1 or cgroups(p) != 1):
@@ -250,8 +245,10 @@ def wstage(params: Params) -> int:
     return int(params.get("WSTAGE", dict(DEFAULTS)["WSTAGE"]))
 
 
-def wlead(params: Params) -> int:
-    return int(params.get("WLEAD", dict(DEFAULTS)["WLEAD"]))
+def upad(params: Params) -> int:
+    """Padding of U's rows: UPAD, or SPAD when absent (both operands padded alike)."""
+    u = int(params.get("UPAD", dict(DEFAULTS)["UPAD"]))
+    return int(params["SPAD"]) if u < 0 else u
 
 
 def mma(params: Params) -> int:
