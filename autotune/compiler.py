@@ -100,13 +100,24 @@ def include_dirs_for(headers: tuple[str, ...]) -> tuple[str, ...]:
     )
 
 
+# A rendered source that uses instructions of one architecture only (sm_90a's wgmma) says so on a line of its own;
+# it is compiled for that architecture's "a" target (which runs on that architecture alone) and fails to compile
+# elsewhere: the template's #error makes that a compile error, a candidate's state, never a crash.
+ARCH_SPECIFIC = "#define AUTOTUNE_ARCH_SPECIFIC 1"
+
+
+def target_arch(source: str, arch: str) -> str:
+    """The -arch a source compiles for: ``arch``, or its "a" variant (sm_90 -> sm_90a) when the source asks."""
+    return arch + "a" if ARCH_SPECIFIC in source and not arch.endswith("a") else arch
+
+
 def compile_source(source: str, kernel_name: str, arch: str, options: tuple[str, ...] = ()) -> CompileResult:
     """Compile one rendered candidate for ``arch`` (e.g. ``sm_90``). Never raises for a bad kernel."""
     from cupy.cuda import nvrtc
 
     headers = tuple(sorted(set(_INCLUDE.findall(source)) - {"cuda_runtime.h"}))
     includes = include_dirs_for(headers)
-    opts = [f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", "-default-device", *options]
+    opts = [f"-arch={target_arch(source, arch)}", "-std=c++17", "--ptxas-options=-v", "-default-device", *options]
     opts += [f"-I{d}" for d in includes]
     start = time.perf_counter()
     prog = nvrtc.createProgram(source, f"{kernel_name}.cu", [], [])

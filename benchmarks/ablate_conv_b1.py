@@ -24,10 +24,11 @@ import argparse
 import json
 from pathlib import Path
 
-from autotune.bench import L2Flusher, TimingPlan, time_launches
-from autotune.compiler import compile_source
+from ablation import time_cuts
+
+from autotune.bench import L2Flusher, TimingPlan
 from autotune.device import current_gpu
-from autotune.evaluate import Candidate, Settings, evaluate, load_kernel, render_candidate
+from autotune.evaluate import Candidate, Settings, evaluate, render_candidate
 from autotune.kernels import FAMILIES
 from autotune.space import Config
 from autotune.verify import tolerance_for
@@ -81,7 +82,7 @@ def main() -> int:
     flush = L2Flusher()
     rows = []
     configs = [json.loads(c) for c in args.configs] or [W1938]
-    print(f"{'variant':<10} {'us':>7} {'regs':>5}  kernel")
+    print(f"{'variant':<12} {'us':>7} {'regs':>5}  kernel")
     for params in configs:
         cand = Candidate("conv2d", "winograd", problem, Config.of(params))
         checked = evaluate(cand, settings, flush)
@@ -90,26 +91,9 @@ def main() -> int:
             continue
         base = render_candidate(cand, settings)
         launch = CONV.launch("winograd", params, problem)
-        for label, cuts in CUTS.items():
-            source = base.source
-            for old, new in cuts:
-                assert old in source, f"{label}: {old!r} not in the source"
-                source = source.replace(old, new)
-            compiled = compile_source(source, base.kernel_name, gpu.arch)
-            if not compiled.ok:
-                print(f"{label:<10} compile failed: {compiled.error[:200]}")
-                continue
-            fn = load_kernel(compiled, launch.shared_bytes)
-            kargs = CONV.kernel_args(problem, inputs, out)
-
-            def run(fn=fn, kargs=kargs, launch=launch) -> None:
-                fn(launch.grid, launch.block, kargs, shared_mem=launch.shared_bytes)
-
-            t = time_launches(run, flush, plan)
-            us = t.median_ms * 1e3
-            rows.append({"kernel": base.kernel_name, "params": params, "variant": label, "us": us,
-                         "registers": compiled.registers, "spills": compiled.spills, "repeats": t.repeats})  # fmt: skip
-            print(f"{label:<10} {us:>7.2f} {compiled.registers:>5}  {base.kernel_name}")
+        kargs = CONV.kernel_args(problem, inputs, out)
+        for row in time_cuts(base.source, base.kernel_name, gpu.arch, CUTS, launch, kargs, flush, plan):
+            rows.append({**row, "params": params})
     if args.out:
         args.out.write_text(json.dumps({"gpu": gpu.name, "layout": args.layout, "rows": rows}, indent=1))
     return 0

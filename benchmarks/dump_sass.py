@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autotune.compiler import target_arch
 from autotune.evaluate import Candidate, Settings, render_candidate
 from autotune.kernels import FAMILIES
 from autotune.space import Config
@@ -36,7 +37,9 @@ def main() -> int:
         src = Path(tmp) / "k.cu"
         src.write_text(c.source)
         cubin = Path(tmp) / "k.cubin"
-        subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-o", str(cubin), str(src)], check=True)
+        arch = target_arch(c.source, "sm_90")  # sm_90a for wgmma sources; the -gencode form compiles only that target
+        gencode = f"-gencode=arch=compute_{arch[3:]},code={arch}"
+        subprocess.run(["nvcc", gencode, "-cubin", "-O3", "-o", str(cubin), str(src)], check=True)
         tool = ["cuobjdump", "-sass"] if shutil.which("cuobjdump") else ["nvdisasm", "-c"]  # either prints SASS
         sass = subprocess.run([*tool, str(cubin)], check=True, capture_output=True, text=True).stdout
     Path(out).write_text(sass)

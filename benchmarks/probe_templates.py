@@ -3,6 +3,7 @@ the vendor library in this process. Prints one row per (config, shape); never st
 
     python3 benchmarks/probe_templates.py [--template wmma [mma ...]] [--dtype float16] [--shapes 4096x4096x4096 ...]
     python3 benchmarks/probe_templates.py --template mma wmma --shapes 8192x8192x8192 4096x4096x4096
+    python3 benchmarks/probe_templates.py --template skinny_wgmma skinny_tc --dtype float32 --shapes 64x4096x4096
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from autotune.verify import tolerance_for
 GEMM = FAMILIES["gemm"]
 W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)
 MMA = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
+WGM = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1)
 CONFIGS = {
     "wmma": [
         W,
@@ -43,6 +45,22 @@ CONFIGS = {
         dict(MMA, BN=128, BK=64, WN=32, STAGES=3),
         dict(MMA, SWIZZLE=False),
         dict(MMA, RASTER=16),
+    ],
+    # fp32 skinny M on tensor cores (3xTF32): the stored M = 64 skinny_tc winner, and wgmma (sm_90a) around it
+    "skinny_tc": [dict(WARPS=4, CW=1, MB=32, KC=32, STAGES=4, SPLIT_K=4, MINB=2)],
+    "skinny_wgmma": [
+        WGM,
+        dict(WGM, CLUSTER=False),
+        dict(WGM, ROUND=256),
+        dict(WGM, KC=16, STAGES=6),
+        dict(WGM, STAGES=5),
+        dict(WGM, SPLIT_K=8),
+        dict(WGM, SPLIT_K=8, KC=16, STAGES=4),
+        dict(WGM, WG=1, KC=16, STAGES=4, MINB=2),
+        dict(WGM, WG=1, SPLIT_K=8, KC=16, STAGES=4, MINB=2),
+        dict(WGM, WG=1, SPLIT_K=2),
+        dict(WGM, MB=32),
+        dict(WGM, WG=4, MB=32, KC=16, STAGES=3, SPLIT_K=8, MINB=1),
     ],
 }
 
@@ -78,7 +96,8 @@ def main() -> int:
             rows.append(row)
             tf = f"{r.tflops:7.1f}" if r.tflops else "      -"
             x = f"{ratio:5.2f}" if ratio else "    -"
-            print(f"{shape:>16} {r.status!s:>14} {tf} TF/s x{x} regs {r.registers} err {r.error}  {r.kernel_name}"
+            us = f"{1e3 * r.median_ms:8.1f} us" if r.ok else "       - us"
+            print(f"{shape:>16} {r.status!s:>14} {us} {tf} TF/s x{x} regs {r.registers} err {r.error}  {r.kernel_name}"
                   f"  {r.reason or ''}", flush=True)  # fmt: skip
         if vt:
             print(f"{shape:>16} {vname}: {vt.median_ms:.4f} ms = {problem.flops / vt.median_ms / 1e9:.1f} TF/s")

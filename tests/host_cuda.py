@@ -20,6 +20,7 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,8 +34,8 @@ inline void __syncthreads() { g_bar->arrive_and_wait(); }
 // bar.sync g + 1, N: named barrier g of a block's N-thread group; one std::barrier per group, made on first use.
 template <int N> inline void host_sync_group(int g) {
   static std::barrier<>* bars = [] {
-    auto* b = static_cast<std::barrier<>*>(::operator new(16 * sizeof(std::barrier<>)));
-    for (int i = 0; i < 16; ++i) new (b + i) std::barrier<>(N);
+    auto* b = static_cast<std::barrier<>*>(::operator new(64 * sizeof(std::barrier<>)));
+    for (int i = 0; i < 64; ++i) new (b + i) std::barrier<>(N);
     return b;
   }();
   bars[g].arrive_and_wait();
@@ -284,3 +285,140 @@ def gxx() -> str | None:
         text=True,
     )
     return gxx if probe.returncode == 0 else None
+
+
+# Lane-exact emulation of the sm_90a wgmma wrappers of templates/gemm/skinny_wgmma.cu.j2 (wgmma.mma_async m64nNk8
+# tf32, A from registers, B through a K-major no-swizzle shared-memory descriptor; PTX ISA, "Asynchronous
+# Warpgroup Level Matrix Multiply-Accumulate"). A wgmma runs when a wgmma.wait_group retires its group, the latest
+# the hardware may: it reads its A registers and shared memory then, and writes D then, so rewriting a fragment,
+# a split buffer or reading D before the wait shows up in the numbers. Include after MMA_PTX.
+WGMMA_PTX = r"""
+struct HostWgmmaOp { float* d; int nd; const unsigned* a; unsigned long long desc; int accumulate; };
+thread_local std::vector<HostWgmmaOp> t_wg_open;
+thread_local std::vector<std::vector<HostWgmmaOp>> t_wg_groups;
+// A block's shared memory and its slot among the blocks that run at once (CLUSTER_MAIN runs a cluster's blocks
+// together; the other mains one block, slot 0, at g_smem_base).
+thread_local unsigned char* t_smem_base = nullptr;
+thread_local size_t t_smem_size = 0;
+thread_local int t_block_slot = 0;
+inline unsigned char* host_smem_base() { return t_smem_base ? t_smem_base : g_smem_base; }
+inline size_t host_smem_size() { return t_smem_base ? t_smem_size : g_smem_size; }
+unsigned g_wg_a[8 * 8][128][4];  // each warpgroup's A registers, published for the group's threads
+inline unsigned smem_u32(const void* p) {
+  const unsigned char* q = (const unsigned char*)p;
+  if (q < host_smem_base() || q > host_smem_base() + host_smem_size()) { fprintf(stderr, "smem_u32: not shared memory\n"); abort(); }
+  return (unsigned)(q - host_smem_base());
+}
+inline void fence_proxy_async() {}
+inline void wgmma_fence() {}
+inline void host_wgmma_tf32(float* d, int nd, const unsigned (&a)[4], unsigned long long desc, int accumulate) {
+  t_wg_open.push_back({d, nd, a, desc, accumulate});
+}
+inline void wgmma_commit() { t_wg_groups.push_back(t_wg_open); t_wg_open.clear(); }
+// d (64 x N) = A (64 x 8: warp w rows 16w.., mma.m16n8k8 tf32 layout) B (8 x N from the descriptor) [+ d];
+// thread (w, g = lane / 4, t = lane % 4) holds row 16w + g + 8r, column 8j + 2t + e in d[4j + 2r + e].
+inline void host_wgmma_run(const HostWgmmaOp& op) {
+  const int wg = t_block_slot * 8 + threadIdx.x / 128, r = threadIdx.x % 128;
+  for (int i = 0; i < 4; ++i) g_wg_a[wg][r][i] = op.a[i];
+  host_sync_group<128>(wg);
+  if ((op.desc >> 62) != 0 || ((op.desc >> 49) & 7u) != 0) { fprintf(stderr, "wgmma: swizzle or base offset set\n"); abort(); }
+  const size_t start = (op.desc & 0x3fffu) << 4, lbo = ((op.desc >> 16) & 0x3fffu) << 4, sbo = ((op.desc >> 32) & 0x3fffu) << 4;
+  auto tf = [](unsigned u) { return __uint_as_float(u & 0xffffe000u); };
+  auto A_ = [&](int row, int k) { const int w = row / 16, q = row % 16; return tf(g_wg_a[wg][32 * w + (q % 8) * 4 + k % 4][q / 8 + 2 * (k / 4)]); };
+  auto B_ = [&](int k, int col) {  // core matrix (k / 4, col / 8): 8 rows of 16 bytes
+    const size_t off = start + (k / 4) * lbo + (col / 8) * sbo + (col % 8) * 16 + (k % 4) * 4;
+    if (off % 4 || off + 4 > host_smem_size()) { fprintf(stderr, "wgmma: descriptor reads outside shared memory\n"); abort(); }
+    unsigned u; std::memcpy(&u, host_smem_base() + off, 4); return tf(u);
+  };
+  const int w = r / 32, g = (r % 32) / 4, t = r % 4;
+  std::vector<float> out(op.nd);
+  for (int i = 0; i < op.nd; ++i) {
+    const int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k) s += A_(row, k) * B_(k, col);
+    out[i] = (op.accumulate ? op.d[i] : 0.0f) + s;
+  }
+  host_sync_group<128>(wg);  // every thread has read the published registers before they are replaced
+  for (int i = 0; i < op.nd; ++i) op.d[i] = out[i];
+}
+template <int N> inline void wgmma_wait() {
+  while ((int)t_wg_groups.size() > N) {
+    for (const HostWgmmaOp& op : t_wg_groups.front()) host_wgmma_run(op);
+    t_wg_groups.erase(t_wg_groups.begin());
+  }
+}
+"""
+
+
+# The main of a cluster-launched split-K GEMM emulation (skinny_wgmma with CLUSTER): the SPLIT_K blocks of a tile run
+# at once, as one cluster (threads know their block by t_blockIdx, their shared memory by t_smem_base, their block
+# barrier by t_bar); barrier.cluster is a std::barrier of the cluster's threads, mapa/st.shared::cluster address
+# the other blocks' shared memory. Include after WGMMA_PTX and define KERNEL and T. Same argv as SPLIT_K_GEMM_MAIN.
+CLUSTER_PRELUDE = r"""
+thread_local dim3 t_blockIdx;
+thread_local std::barrier<>* t_bar;
+#define blockIdx t_blockIdx
+inline void host_block_sync() { t_bar->arrive_and_wait(); }
+#define __syncthreads host_block_sync
+unsigned char* g_cluster_arena;
+size_t g_cluster_stride;
+std::barrier<>* g_cluster_bar;
+thread_local std::optional<std::barrier<>::arrival_token> t_cluster_token;
+inline float* host_block_smem() { return (float*)t_smem_base; }
+inline void cluster_arrive_relaxed() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
+inline void cluster_arrive_release() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
+inline void cluster_wait() { g_cluster_bar->wait(std::move(*t_cluster_token)); t_cluster_token.reset(); }
+inline unsigned cluster_map(unsigned addr, unsigned rank) { return addr | ((rank + 1u) << 24); }
+inline void st_cluster_v2(unsigned addr, float a, float b) {
+  const unsigned rank = (addr >> 24) - 1u, off = addr & 0xffffffu;
+  if (addr >> 24 == 0 || off + 8 > g_cluster_stride) { fprintf(stderr, "st.shared::cluster: bad address\n"); abort(); }
+  float v[2] = {a, b};
+  std::memcpy(g_cluster_arena + rank * g_cluster_stride + off, v, 8);
+}
+"""
+
+CLUSTER_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
+int main(int argc, char** argv) {
+  std::string dir = argv[1];
+  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
+  float alpha = atof(argv[5]), beta = atof(argv[6]);
+  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
+  int threads = atoi(argv[10]); size_t smem_bytes = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
+  blockDim = {(unsigned)threads, 1, 1};
+  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
+  std::vector<char> bbig(b.size() + 256);
+  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(T);
+  std::memcpy(bptr, b.data(), b.size());
+  const int blocks = gridDim.z;  // one cluster: the tile's SPLIT_K blocks
+  const size_t stride = (smem_bytes + 127) / 128 * 128;
+  std::vector<unsigned char> arena(stride * blocks + 128);
+  unsigned char* base = arena.data() + (128 - (uintptr_t)arena.data() % 128) % 128;
+  g_cluster_arena = base; g_cluster_stride = stride;
+  g_smem_base = base; g_smem_size = stride * blocks;  // cp.async's checks: anywhere in the cluster's memory
+  std::vector<char> c;
+  for (int rep = 0; rep < reps; ++rep) {
+    c = c0;
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x) {
+        std::fill(arena.begin(), arena.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
+        std::barrier<> cluster_bar(threads * blocks);
+        g_cluster_bar = &cluster_bar;
+        std::vector<std::unique_ptr<std::barrier<>>> block_bars;
+        for (int q = 0; q < blocks; ++q) block_bars.emplace_back(new std::barrier<>(threads));
+        std::vector<std::thread> ts;
+        for (int q = 0; q < blocks; ++q)
+          for (int t = 0; t < threads; ++t)
+            ts.emplace_back([&, q, t] {
+              threadIdx = {(unsigned)t, 0, 0};
+              t_blockIdx = {x, y, (unsigned)q};
+              t_smem_base = base + q * stride; t_smem_size = smem_bytes; t_block_slot = q;
+              t_bar = block_bars[q].get();
+              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
+            });
+        for (auto& th : ts) th.join();
+      }
+  }
+  FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
+  return 0;
+}
+"""

@@ -216,6 +216,42 @@ def test_skinny_tc_split_k_relaunches_with_alpha_beta(settings):
         assert all(e < tolerance_for("float32") for e in errors), errors
 
 
+SKINNY_WGMMA = [
+    dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1),
+    dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=False, MINB=1),
+    dict(WG=1, MB=32, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=True, MINB=2),
+    dict(WG=4, MB=16, KC=16, STAGES=3, ROUND=64, SPLIT_K=1, CLUSTER=False, MINB=1),
+    dict(WG=1, MB=8, KC=32, STAGES=3, ROUND=256, SPLIT_K=8, CLUSTER=True, MINB=2),
+    dict(WG=1, MB=16, KC=32, STAGES=5, ROUND=64, SPLIT_K=3, CLUSTER=False, MINB=2),
+    dict(WG=2, MB=64, KC=16, STAGES=6, ROUND=256, SPLIT_K=1, CLUSTER=False, MINB=1),
+]
+
+
+def _needs_sm90(settings):
+    if settings.arch != "sm_90":
+        pytest.skip(f"skinny_wgmma is sm_90a code (wgmma); this GPU is {settings.arch}")
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN"])
+@pytest.mark.parametrize(
+    "params", SKINNY_WGMMA, ids=lambda p: "wg{WG}-mb{MB}-kc{KC}-r{ROUND}-sk{SPLIT_K}-cl{CLUSTER:d}".format(**p)
+)
+def test_skinny_wgmma_meets_the_float32_tolerance(settings, layout, params):
+    """3xTF32 on the warpgroup tensor cores is judged as float32 (1e-5), on shapes no tile divides."""
+    _needs_sm90(settings)
+    shapes = SKINNY_SHAPES + [(64, 4096, 4096), (61, 333, 4097)]
+    failures = _wrong_on(settings, "skinny_wgmma", "float32", layout, params, shapes)
+    assert not failures, "\n".join(failures)
+
+
+def test_skinny_wgmma_split_k_relaunches_with_alpha_beta(settings):
+    _needs_sm90(settings)
+    for layout in ("NN", "TN"):
+        problem = GEMM.problem([37, 1001, 2999], "float32", layout)
+        errors = _launch_twice(settings, "skinny_wgmma", SKINNY_WGMMA[0], problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for("float32") for e in errors), errors
+
+
 def _launch_twice(settings, template, params, problem, alpha, beta):
     """Launch the same compiled kernel (and the same scratch buffers) twice with alpha/beta, each time after
     its ``before`` steps (mma's packs); errors of both."""
@@ -385,9 +421,10 @@ def test_runtime_serves_the_stored_mma_winners(tmp_path, monkeypatch):
             assert launcher.provenance["step"] == "exact"
 
 
-def test_runtime_serves_the_stored_skinny_tc_winners(tmp_path, monkeypatch):
-    """Every stored skinny_tc entry (3xTF32) is served exactly by autotune.gemm and meets the float32 tolerance,
-    twice in a row on the same split-K scratch, with alpha and beta."""
+@pytest.mark.parametrize("template", ["skinny_tc", "skinny_wgmma"])
+def test_runtime_serves_the_stored_3xtf32_winners(tmp_path, monkeypatch, template):
+    """Every stored skinny_tc and skinny_wgmma entry (3xTF32) is served exactly by autotune.gemm and meets the
+    float32 tolerance, twice in a row on the same split-K scratch, with alpha and beta."""
     import cupy as cp
 
     import autotune
@@ -396,9 +433,9 @@ def test_runtime_serves_the_stored_skinny_tc_winners(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     path = Path(__file__).resolve().parent.parent / "tuned" / current_gpu().key / "gemm.json"
     entries = json.loads(path.read_text())["entries"] if path.exists() else {}
-    shapes = [key.split("/")[2] for key, e in entries.items() if e.get("template") == "skinny_tc"]
+    shapes = [key.split("/")[2] for key, e in entries.items() if e.get("template") == template]
     if not shapes:
-        pytest.skip(f"no skinny_tc entry in {path}")
+        pytest.skip(f"no {template} entry in {path}")
     rng = cp.random.default_rng(13)
     for shape in shapes:
         m, n, k = (int(x) for x in shape.split("x"))
@@ -407,7 +444,7 @@ def test_runtime_serves_the_stored_skinny_tc_winners(tmp_path, monkeypatch):
         c = rng.standard_normal((m, n), dtype=cp.float32)
         ref = 1.5 * (a.astype(cp.float64) @ b.astype(cp.float64)) - 0.5 * c.astype(cp.float64)
         launcher = autotune.load("gemm", M=m, N=n, K=k, dtype="float32", layout="NN")
-        assert launcher.provenance["step"] == "exact" and launcher.choice.template == "skinny_tc", shape
+        assert launcher.provenance["step"] == "exact" and launcher.choice.template == template, shape
         for _ in range(2):
             out = autotune.gemm(a, b, out=c.copy(), alpha=1.5, beta=-0.5)
             assert _rel(out, ref) < tolerance_for("float32"), shape

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_wmma
+from . import gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma, gemm_wmma
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
@@ -89,7 +89,13 @@ def problem_variant(p: GemmProblem) -> dict[str, Any]:
 
 SIMT_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF")
 # Templates rendered with a dtype/layout variant, each described by its own module.
-MODULES: dict[str, Any] = {"wmma": gemm_wmma, "mma": gemm_mma, "skinny": gemm_skinny, "skinny_tc": gemm_skinny_tc}
+MODULES: dict[str, Any] = {
+    "wmma": gemm_wmma,
+    "mma": gemm_mma,
+    "skinny": gemm_skinny,
+    "skinny_tc": gemm_skinny_tc,
+    "skinny_wgmma": gemm_skinny_wgmma,
+}
 
 
 class GemmFamily:

@@ -1,0 +1,140 @@
+"""Skinny-M fp32 GEMM on Hopper's warpgroup tensor cores with fp32 accuracy (3xTF32 wgmma):
+C[M,N] = alpha * op(A) @ B + beta * C.
+
+The template is templates/gemm/skinny_wgmma.cu.j2, the sm_90a sibling of skinny_tc (mma.sync). The split into
+tf32 high parts and residuals and the three products per fragment are skinny_tc's; what changes is the tensor
+core instruction. ``wgmma.mma_async`` m64nMBk8 takes B^T (64 columns of B x 8 rows of K, split in registers) as
+its register operand and A^T (8 rows of K x MB rows of C, split once per chunk into shared memory) through a
+shared-memory descriptor, so one instruction does the work of 8 * MB / 8 mma.sync, runs asynchronously, and
+reads A's fragments without a shared load per mma. It exists because skinny_tc at M = 64 keeps the tensor pipe
+busy only 38% of the time, bound by the per-mma work (benchmarks/README.md, "skinny_tc").
+
+A block is WG warpgroups side by side along N, each 64 columns of B (BN = 64 * WG); MB rows of C per block (the
+wgmma's N); KC rows of K per chunk through a cp.async ring of STAGES buffers; ROUND rows of K summed on the
+tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; grid
+(ceil(M / MB), ceil(N / BN), SPLIT_K); with CLUSTER the SPLIT_K blocks of a tile form a thread-block cluster and
+sum their partial tiles through distributed shared memory (else through global partials, as skinny_tc). Every
+derived quantity is computed here and only here; the template
+mirrors each check with a ``static_assert``. Compiled for sm_90a (autotune/compiler.py's ARCH_SPECIFIC); on any
+other GPU it fails to compile, a candidate's state.
+
+Example::
+
+    >>> p = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1)
+    >>> launch(p, Problem(64, 4096, 4096, "float32")).grid
+    (1, 32, 4)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Launch, Params
+from .gemm_skinny import MAX_GRID_YZ, check_variant, grid_problem, split_k_scratch, unsupported
+from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
+
+PARAMS: tuple[str, ...] = ("WG", "MB", "KC", "STAGES", "ROUND", "SPLIT_K", "CLUSTER", "MINB")
+KINDS: tuple[tuple[str, str], ...] = (("CLUSTER", "bool"),)
+CLUSTER_SPLITS = (2, 4, 8)  # a portable cluster holds at most 8 blocks
+DESCRIPTION = "skinny-M fp32 GEMM on sm_90a warpgroup tensor cores, fp32-accurate (3xTF32 wgmma), split-K"
+
+DTYPES = {"float32": ("float", 4)}
+LAYOUTS = ("NN", "TN")  # NT (B stored N x K) is not implemented
+WGS = (1, 2, 4)
+MBS = (8, 16, 32, 64)  # the wgmma's N (it allows up to 256; C has few rows); powers of two divide THREADS
+KCS = (16, 32)  # two chunks of B^T fragments live in registers: 2 x KC floats a thread
+MAX_ROUND = 256  # rows of K summed by the tensor cores between rounded adds (error ~7e-9 x ROUND, relative)
+MAX_STAGES = 8
+MAX_THREADS_PER_SM = 2048
+REGS_PER_SM = 65536
+REG_SLACK = 56  # addresses, loop state, split temporaries
+MAX_SHARED = 227 * 1024
+SHARED_PER_SM = 233472  # sm_90; each resident block also reserves 1 KiB
+
+
+def variant(dtype: str, layout: str) -> dict[str, Any]:
+    """The dtype/layout keys of the render context."""
+    check_variant(dtype, layout, DTYPES)
+    return {"DTYPE": dtype, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": layout[1] == "T"}
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Threads, tiles and shared memory of a configuration (the same for both layouts)."""
+    p = params
+    threads = 128 * p["WG"]
+    bn = 64 * p["WG"]
+    a_raw = max(p["MB"] * (p["KC"] + 4), p["KC"] * (p["MB"] + 4))  # A as stored, rows padded by 4 (either layout)
+    stage = p["KC"] * (bn + 8) + a_raw  # B [KC][BN + 8], then A
+    split = p["KC"] * p["MB"]  # A^T's high parts (or residuals) of one chunk, in core matrices
+    return {
+        "THREADS": threads,
+        "BN": bn,
+        "BNP": bn + 8,
+        "KS": p["KC"] // 8,
+        "ND": p["MB"] // 2,
+        "ALD": (p["MB"] if variant and variant.get("TRANS_A") else p["KC"]) + 4,
+        "STAGE": stage,
+        "SPLIT": split,
+        # the ring, 3 split buffers (high and residual), and with CLUSTER the split-K slots (a tile's floats)
+        "SHARED_BYTES": (p["STAGES"] * stage + 6 * split + (p["MB"] * bn if p["CLUSTER"] else 0)) * 4,
+        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+    }
+
+
+def register_estimate(params: Params) -> int:
+    """The accumulators and the window's sums (2 x MB / 2), two chunks of split B^T fragments, and slack."""
+    return 2 * (params["MB"] // 2) + 2 * params["KC"] + REG_SLACK
+
+
+def check(params: Params) -> str | None:
+    """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
+    p = params
+    if p["WG"] not in WGS:
+        return f"WG must be one of {', '.join(map(str, WGS))} (warpgroups of 128 threads)"
+    if p["MB"] not in MBS:
+        return f"MB must be one of {', '.join(map(str, MBS))} (the wgmma's N)"
+    if p["KC"] not in KCS:
+        return f"KC must be one of {', '.join(map(str, KCS))}"
+    if p["ROUND"] < 2 * p["KC"] or p["ROUND"] % p["KC"] or p["ROUND"] > MAX_ROUND:
+        return f"ROUND must be a multiple of KC = {p['KC']}, from 2 KC to {MAX_ROUND} rows (at 1 KC ptxas serializes)"
+    if not 3 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 3 to {MAX_STAGES} (chunk s + 1 lands while chunk s is computed)"
+    threads = 128 * p["WG"]
+    if threads * p["MINB"] > MAX_THREADS_PER_SM:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > MAX_GRID_YZ:
+        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {MAX_GRID_YZ}"
+    if p["CLUSTER"] and p["SPLIT_K"] not in CLUSTER_SPLITS:
+        return f"CLUSTER needs SPLIT_K = 2, 4 or 8 (the blocks of a tile form one cluster), not {p['SPLIT_K']}"
+    d = derived(p)
+    if d["SHARED_BYTES"] > MAX_SHARED:
+        need = d["SHARED_BYTES"]
+        return f"the ring, A's split (and CLUSTER's slots) need {need} bytes of shared memory, more than {MAX_SHARED}"
+    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
+        return f"MINB = {p['MINB']} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
+    if register_estimate(p) > d["REG_CAP"]:
+        return (
+            f"needs about {register_estimate(p)} registers per thread, more than the {d['REG_CAP']} that "
+            f"MINB = {p['MINB']} blocks of {threads} threads allow"
+        )
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    d = derived(params)
+    grid = (-(-problem.M // params["MB"]), -(-problem.N // d["BN"]), params["SPLIT_K"])
+    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero. None with CLUSTER:
+    its partial tiles meet in the cluster's shared memory."""
+    split_k = 1 if params["CLUSTER"] else params["SPLIT_K"]
+    return split_k_scratch(split_k, problem, launch(params, problem).grid)
+
+
+def check_problem(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot run this problem, or None."""
+    return unsupported("skinny_wgmma", problem, DTYPES, LAYOUTS) or grid_problem(
+        launch(params, problem).grid, scratch(params, problem)[0], "WG"
+    )

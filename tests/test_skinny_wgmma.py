@@ -1,0 +1,229 @@
+"""The 3xTF32 wgmma skinny GEMM template (sm_90a) without a GPU: configurations compile for sm_90a without spills
+or wgmma serialization, every Python check is mirrored by a static_assert, launches and scratch sizes are right,
+and the kernel meets the float32 tolerance when its CUDA source runs on the host under the lane-exact wgmma
+emulation (tests/host_cuda.py's WGMMA_PTX, which runs a wgmma only when a wait_group retires it, so a missing
+wait shows in the numbers), on shapes that are no multiple of any tile, with split-K, beta and an unaligned B.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune.compiler import ARCH_SPECIFIC, compile_source, target_arch
+from autotune.kernels import gemm_skinny_wgmma as wg
+from autotune.kernels.base import Launch
+from autotune.kernels.gemm import GEMM
+from autotune.templates import render
+from tests.host_cuda import CLUSTER_MAIN, CLUSTER_PRELUDE, HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, WGMMA_PTX, gxx
+
+LAYOUTS = ("NN", "TN")
+
+GOOD = {
+    "m64": dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1),
+    "m32": dict(WG=1, MB=32, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=False, MINB=1),
+    "m8_deep": dict(WG=1, MB=8, KC=32, STAGES=3, ROUND=256, SPLIT_K=8, CLUSTER=True, MINB=2),
+    "wide": dict(WG=4, MB=16, KC=16, STAGES=3, ROUND=64, SPLIT_K=1, CLUSTER=False, MINB=1),
+    "split3": dict(WG=1, MB=16, KC=32, STAGES=5, ROUND=64, SPLIT_K=3, CLUSTER=False, MINB=2),
+    "cluster2": dict(WG=2, MB=16, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=True, MINB=1),
+}
+
+
+def rendered(p, layout, shape=(64, 4096, 4096)):
+    problem = GEMM.problem(list(shape), "float32", layout)
+    return render("gemm", "skinny_wgmma", p, problem)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_configurations_compile_for_sm90a_without_spills_or_serialization(layout):
+    for label, p in GOOD.items():
+        assert wg.check(p) is None, label
+        r = rendered(p, layout)
+        c = compile_source(r.source, r.kernel_name, "sm_90")  # the source asks for sm_90a itself
+        assert c.ok, f"{label}: {c.error}"
+        assert c.registers and c.registers <= wg.derived(p)["REG_CAP"], label
+        assert c.spills == 0, f"{label} spills {c.spills} bytes"
+        assert "serialized" not in c.log, f"{label}: ptxas serialized the wgmmas"
+
+
+def test_the_source_asks_for_sm90a_and_refuses_other_architectures():
+    r = rendered(GOOD["m32"], "NN")
+    assert ARCH_SPECIFIC in r.source
+    assert target_arch(r.source, "sm_90") == "sm_90a" and target_arch(r.source, "sm_90a") == "sm_90a"
+    assert target_arch('extern "C" __global__ void k() {}', "sm_90") == "sm_90"
+    c = compile_source(r.source, r.kernel_name, "sm_100")  # sm_100a has no wgmma: a compile error, not a crash
+    assert not c.ok and "sm_90a" in c.error
+
+
+def test_render_names_the_math_and_uses_three_wgmmas_per_k_step():
+    r = rendered(GOOD["m32"], "TN")
+    assert r.kernel_name == "gemm_skinny_wgmma_f32_tn_wg1_mb32_kc16_stages3_round32_split_k2_cluster0_minb1"
+    assert "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 { " in r.source
+    assert '"+f"(d[15])' in r.source and '"+f"(d[16])' not in r.source  # MB / 2 accumulators
+    assert r.source.count("wgmma_tf32(d, f") == 3 and "fence.proxy.async.shared::cta" in r.source
+    assert "constexpr int CHUNKS_PER_ROUND = ROUND / KC;" in r.source and "float2 r[KS][2];" in r.source
+    assert "constexpr bool TRANS_A = true;" in r.source
+
+
+def test_derived_values():
+    d = wg.derived(GOOD["m64"])
+    assert (d["THREADS"], d["BN"], d["BNP"], d["KS"], d["ND"]) == (256, 128, 136, 4, 32)
+    assert d["STAGE"] == 32 * 136 + max(64 * 36, 32 * 68) and d["SPLIT"] == 32 * 64  # A's rows padded by 4
+    assert d["ALD"] == 36 and wg.derived(GOOD["m64"], {"TRANS_A": True})["ALD"] == 68
+    assert d["SHARED_BYTES"] == (4 * d["STAGE"] + 6 * d["SPLIT"] + 64 * 128) * 4  # and the cluster's split-K slots
+    assert wg.derived({**GOOD["m64"], "CLUSTER": False})["SHARED_BYTES"] == (4 * d["STAGE"] + 6 * d["SPLIT"]) * 4
+    assert d["REG_CAP"] == 255 and wg.derived(GOOD["wide"])["REG_CAP"] == 128
+    assert wg.derived(GOOD["m8_deep"])["REG_CAP"] == 255 and wg.derived({**GOOD["m64"], "MINB": 2})["REG_CAP"] == 128
+
+
+BROKEN = [
+    ("m32", dict(WG=3), ["WG"]),
+    ("m32", dict(MB=12), ["MB"]),
+    ("m32", dict(MB=24), ["MB"]),
+    ("m32", dict(MB=128), ["MB"]),
+    ("m32", dict(KC=8), ["KC"]),
+    ("m32", dict(KC=64), ["KC"]),
+    ("m32", dict(ROUND=8), ["ROUND"]),
+    ("m32", dict(ROUND=16), ["ROUND"]),
+    ("m32", dict(ROUND=24), ["ROUND"]),
+    ("m32", dict(ROUND=512), ["ROUND"]),
+    ("m32", dict(STAGES=2), ["STAGES"]),
+    ("m32", dict(STAGES=9), ["STAGES"]),
+    ("m32", dict(WG=4, MINB=8), ["threads per SM"]),
+    ("m64", dict(WG=4, STAGES=8), ["shared memory"]),
+    ("m64", dict(STAGES=3, MINB=2), ["exceed an SM"]),
+    ("m64", dict(WG=4, STAGES=3, CLUSTER=False), ["registers per thread"]),
+    ("m64", dict(SPLIT_K=3), ["CLUSTER", "SPLIT_K"]),
+    ("m64", dict(SPLIT_K=16), ["CLUSTER", "SPLIT_K"]),
+]
+
+
+@pytest.mark.parametrize("base,change,words", BROKEN)
+def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words):
+    p = {**GOOD[base], **change}
+    reason = wg.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered(p, "NN")
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {change}"
+
+
+def test_launch_scratch_and_check_problem():
+    p = GOOD["m64"]
+    problem = wg.Problem(64, 4096, 4096, "float32")
+    assert wg.launch(p, problem) == Launch((1, 32, 4), (256, 1, 1), wg.derived(p)["SHARED_BYTES"])
+    assert wg.launch(p, wg.Problem(65, 4097, 7, "float32")).grid == (2, 33, 4)
+    assert wg.scratch(p, problem) == (0, 0)  # a cluster sums its partial tiles in shared memory
+    assert wg.scratch({**p, "CLUSTER": False}, problem) == (4 * 64 * 4096, 32)
+    assert wg.scratch(GOOD["wide"], problem) == (0, 0)
+    assert wg.check_problem(p, problem) is None
+    assert "float32" in wg.check_problem(p, wg.Problem(64, 64, 64, "float16"))
+    assert "NT" in wg.check_problem(p, wg.Problem(64, 64, 64, "float32", "NT"))
+    assert "512 MiB" in wg.check_problem({**p, "SPLIT_K": 4096, "CLUSTER": False}, problem)
+    assert GEMM.check_problem("skinny_wgmma", p, GEMM.problem("8x8x8", "bfloat16", "NN")) is not None
+
+
+def test_params_and_the_auto_template():
+    assert all(set(p) == set(wg.PARAMS) for p in GOOD.values())
+    assert GEMM.templates["skinny_wgmma"].dtypes == ("float32",)
+    assert "skinny_wgmma" in GEMM.templates["auto"].kind("TEMPLATE")
+
+
+# --- the kernel's arithmetic, run on the host -------------------------------------------------------------
+# One std::thread per CUDA thread, blocks one after another, wgmma emulated per warpgroup when its group retires
+# (tests/host_cuda.py). Shared memory starts as NaN, so a fragment or descriptor read of an unwritten slot
+# poisons C.
+
+
+def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
+    compiler = gxx()
+    if compiler is None:
+        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+    r = rendered(p, layout, shape)
+    src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
+    decl = "extern __shared__ __align__(128) float smem[];"
+    assert decl in src
+    if p["CLUSTER"]:  # the tile's blocks run at once, each with its own shared memory
+        src = src.replace(decl, "float* smem = host_block_smem();")
+        src = src.replace("__cluster_dims__(1, 1, SPLIT_K)", "")
+        src = f"{CLUSTER_PRELUDE}\n{src}"
+    else:
+        src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
+    src = patch(src)
+    main = f"#define KERNEL {r.kernel_name}\n{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
+    (tmp_path / "k.cpp").write_text(f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\nusing T = float;\n{src}\n{main}")
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+
+    M, N, K = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = rng.standard_normal((M, N)).astype(np.float32)
+    np.ascontiguousarray(a.T if layout[0] == "T" else a).tofile(tmp_path / "a.bin")
+    b.tofile(tmp_path / "b.bin")
+    c.tofile(tmp_path / "c.bin")
+    launch = wg.launch(p, wg.Problem(M, N, K, "float32", layout))
+    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0], launch.shared_bytes]
+    args += [b_offset, reps]
+    run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    out = np.fromfile(tmp_path / "out.bin", np.float32).reshape(M, N).astype(np.float64)
+    ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c.astype(np.float64)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+EMULATED = [
+    # config, layout, (M, N, K), alpha, beta, B shifted by this many floats (0: 16-byte aligned)
+    ("m32", "NN", (32, 160, 300), 1.0, 0.0, 0),  # 16-byte copies of A and B, split-K 2, odd chunk counts
+    ("m32", "TN", (29, 130, 77), 1.5, 0.5, 1),  # TN with M % 4 != 0: 4-byte A and B copies, beta, rows past M
+    ("m8_deep", "NN", (5, 70, 261), 1.0, -1.0, 0),  # K % 4 != 0: 4-byte A copies; cluster of 8
+    ("split3", "TN", (48, 100, 400), 1.0, 0.0, 2),  # TN 16-byte A copies, split 3, 8-byte-aligned B
+    ("wide", "NN", (17, 300, 200), 2.0, 0.25, 0),  # four warpgroups, no split-K: alpha and beta in the kernel
+    ("m64", "NN", (64, 128, 1000), 1.0, 0.0, 0),  # cluster of 4: split-K in shared memory, 8 chunks per slice
+    ("cluster2", "TN", (13, 200, 333), 1.5, 0.5, 1),  # cluster of 2 with beta, rows past M, columns past N
+    ("m8_deep", "TN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices (they still meet the barriers)
+]
+
+
+@pytest.mark.parametrize("label,layout,shape,alpha,beta,b_offset", EMULATED)
+def test_emulated_kernel_meets_the_float32_tolerance(tmp_path, label, layout, shape, alpha, beta, b_offset):
+    err = _emulate(tmp_path, GOOD[label], layout, shape, alpha, beta, b_offset)
+    assert err < 1e-5, f"relative error {err:.2e} (float32 tolerance 1e-5)"
+
+
+def test_the_emulation_catches_a_fragment_rewritten_before_its_wait(tmp_path):
+    """With wait_group 2 instead of 1, a chunk's B^T fragments are rewritten while the wgmmas of two chunks back,
+    which read them, are still in flight; the emulation runs those wgmmas at their wait, with the new registers,
+    as a GPU may."""
+    wait = "wgmma_wait<1>();  // retires chunk s - 2"
+
+    def late(src):
+        assert src.count(wait) == 1
+        return src.replace(wait, "wgmma_wait<2>();  // retires chunk s - 2")
+
+    p = {**GOOD["split3"], "ROUND": 128}  # 4 chunks a window: chunk 3 rewrites the set chunk 1 reads
+    args = (p, "NN", (16, 64, 512), 1.0, 0.0, 0)
+    assert _emulate(tmp_path, *args) < 1e-5
+    assert _emulate(tmp_path, *args, patch=late) > 1e-3
+
+
+def test_the_residual_products_make_it_fp32(tmp_path):
+    """Without the two residual products the same kernel is a plain tf32 GEMM, which misses the float32 tolerance."""
+    small = (
+        "wgmma_tf32(d, fl[F][j], a_desc(hi, j), !(FIRST && j == 0));",
+        "wgmma_tf32(d, fh[F][j], a_desc(lo, j), 1);",
+    )
+    high = "wgmma_tf32(d, fh[F][j], a_desc(hi, j), 1);"
+
+    def high_parts_only(src):
+        for term in (*small, high):
+            assert src.count(term) == 1
+        src = src.replace(small[0], "").replace(small[1], "")
+        return src.replace(high, "wgmma_tf32(d, fh[F][j], a_desc(hi, j), !(FIRST && j == 0));")  # a window's first
+
+    args = (GOOD["m32"], "NN", (8, 64, 256), 1.0, 0.0, 0)
+    assert _emulate(tmp_path, *args) < 1e-5
+    assert _emulate(tmp_path, *args, patch=high_parts_only) > 1e-4
