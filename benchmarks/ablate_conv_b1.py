@@ -24,14 +24,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ablation import time_cuts
+from ablation import ablate
 
-from autotune.bench import L2Flusher, TimingPlan
-from autotune.device import current_gpu
-from autotune.evaluate import Candidate, Settings, evaluate, render_candidate
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.verify import tolerance_for
 
 CONV = FAMILIES["conv2d"]
 W1915 = dict(TILES=24, KB=16, CB=16, KT=4, TT=4, ET=1, SPAD=0, PIPE=1, MINB=1, ROUNDS=1)
@@ -70,33 +65,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: the 19:38 winner)")
     args = ap.parse_args()
-    gpu = current_gpu()
-    plan = TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0)
-    settings = Settings(arch=gpu.arch, tolerance=tolerance_for("float32"), max_shared_bytes=gpu.max_shared_per_block,
-                        timing=plan)  # fmt: skip
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", args.layout)
     inputs = CONV.make_inputs(problem, seed=3)
     import cupy as cp
 
     out = cp.empty(CONV.shapes(problem)[2], dtype=cp.float32)
-    flush = L2Flusher()
-    rows = []
     configs = [json.loads(c) for c in args.configs] or [W1938]
-    print(f"{'variant':<12} {'us':>7} {'regs':>5}  kernel")
-    for params in configs:
-        cand = Candidate("conv2d", "winograd", problem, Config.of(params))
-        checked = evaluate(cand, settings, flush)
-        print(f"verified: {checked.status.value} {checked.kernel_name}")
-        if checked.status.value != "complete":
-            continue
-        base = render_candidate(cand, settings)
-        launch = CONV.launch("winograd", params, problem)
-        kargs = CONV.kernel_args(problem, inputs, out)
-        for row in time_cuts(base.source, base.kernel_name, gpu.arch, CUTS, launch, kargs, flush, plan):
-            rows.append({**row, "params": params})
-    if args.out:
-        args.out.write_text(json.dumps({"gpu": gpu.name, "layout": args.layout, "rows": rows}, indent=1))
-    return 0
+    kargs_for = lambda params: CONV.kernel_args(problem, inputs, out)  # noqa: E731 - the same arguments every time
+    return ablate("conv2d", "winograd", problem, configs, CUTS, kargs_for, args.out, {"layout": args.layout})
 
 
 if __name__ == "__main__":

@@ -33,14 +33,9 @@ import argparse
 import json
 from pathlib import Path
 
-from ablation import time_cuts
+from ablation import ablate
 
-from autotune.bench import L2Flusher, TimingPlan
-from autotune.device import current_gpu
-from autotune.evaluate import Candidate, Settings, evaluate, render_candidate
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.verify import tolerance_for
 
 GEMM = FAMILIES["gemm"]
 BASE = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=False, MINB=1)
@@ -95,33 +90,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: WG 2, MB 64, KC 32, split-K 4)")
     args = ap.parse_args()
-    gpu = current_gpu()
-    plan = TimingPlan(warmup=3, min_repeats=50, max_repeats=300, target_ms=30.0)
-    settings = Settings(arch=gpu.arch, tolerance=tolerance_for("float32"), max_shared_bytes=gpu.max_shared_per_block,
-                        timing=plan)  # fmt: skip
     problem = GEMM.problem(args.shape, "float32", "NN")
     inputs = GEMM.make_inputs(problem, seed=3)
     out = GEMM.new_output(problem)
-    flush = L2Flusher()
-    rows = []
-    print(f"{'variant':<12} {'us':>7} {'regs':>5}  kernel")
-    for params in [json.loads(c) for c in args.configs] or [BASE]:
-        cand = Candidate("gemm", "skinny_wgmma", problem, Config.of(params))
-        checked = evaluate(cand, settings, flush)
-        print(f"verified: {checked.status.value} {checked.kernel_name}")
-        if checked.status.value != "complete":
-            continue
-        base = render_candidate(cand, settings)
-        launch = GEMM.launch("skinny_wgmma", params, problem)
 
-        def kargs(params=params):  # fresh split-K counters for every variant (no_sum leaves them set)
-            return GEMM.kernel_args(problem, inputs, out, scratch=GEMM.new_scratch("skinny_wgmma", params, problem))
+    def kargs_for(params):  # fresh split-K counters for every variant (no_sum leaves them set)
+        return GEMM.kernel_args(problem, inputs, out, scratch=GEMM.new_scratch("skinny_wgmma", params, problem))
 
-        for row in time_cuts(base.source, base.kernel_name, gpu.arch, CUTS, launch, kargs, flush, plan):
-            rows.append({**row, "params": params})
-    if args.out:
-        args.out.write_text(json.dumps({"gpu": gpu.name, "shape": args.shape, "rows": rows}, indent=1))
-    return 0
+    configs = [json.loads(c) for c in args.configs] or [BASE]
+    return ablate("gemm", "skinny_wgmma", problem, configs, CUTS, kargs_for, args.out, {"shape": args.shape})
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 # from 128-byte alignment) and c.bin, runs the grid `reps` times on the same NaN-poisoned partials and counters
 # (the counters must be back at zero after each launch), writes out.bin. The kernel is KERNEL, its element
 # type T; with MMA_PTX included each warp also gets its barrier.
-SPLIT_K_GEMM_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
+# The arguments and inputs of both GEMM mains (SPLIT_K_GEMM_MAIN, CLUSTER_MAIN): the problem, the launch, the operands.
+GEMM_MAIN_HEAD = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
@@ -109,7 +110,10 @@ int main(int argc, char** argv) {
   std::vector<char> bbig(b.size() + 256);  // 128-aligned, then shifted by boff elements
   char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(T);
   std::memcpy(bptr, b.data(), b.size());
-  std::vector<unsigned char> smem(smem_bytes + 128);
+"""
+SPLIT_K_GEMM_MAIN = (
+    GEMM_MAIN_HEAD
+    + r"""  std::vector<unsigned char> smem(smem_bytes + 128);
   unsigned char* smem_base = smem.data() + (128 - (uintptr_t)smem.data() % 128) % 128;
   g_smem = (float*)smem_base;
 #ifdef AUTOTUNE_HOST_EMULATION  // the mma emulation checks shared addresses and meets each warp at a barrier
@@ -147,6 +151,7 @@ int main(int argc, char** argv) {
   return 0;
 }
 """
+)
 
 # Lane-exact emulations of the PTX wrappers of the mma templates (templates/gemm/mma.cu.j2,
 # templates/conv/implicit_mma.cu.j2): mma.sync m16n8k16, ldmatrix (.trans) and cp.async. Every lane publishes
@@ -273,6 +278,32 @@ inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigne
 """
 
 
+def run_split_k_gemm(tmp_path, source: str, shape, layout: str, alpha: float, beta: float, launch, b_offset: int,
+                     reps: int) -> float:  # fmt: skip
+    """Build an emulation (the kernel and one of the GEMM mains, T = float) with g++, run it `reps` times on random
+    normal A, B and C of ``shape`` (A stored transposed for layout "T."), B shifted by ``b_offset`` floats from
+    128-byte alignment; the relative Frobenius error of C against float64."""
+    import numpy as np
+
+    (tmp_path / "k.cpp").write_text(source)
+    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    subprocess.run([gxx(), *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    M, N, K = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = rng.standard_normal((M, N)).astype(np.float32)
+    np.ascontiguousarray(a.T if layout[0] == "T" else a).tofile(tmp_path / "a.bin")
+    b.tofile(tmp_path / "b.bin")
+    c.tofile(tmp_path / "c.bin")
+    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0], launch.shared_bytes]
+    run = subprocess.run([str(x) for x in [*args, b_offset, reps]], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    out = np.fromfile(tmp_path / "out.bin", np.float32).reshape(M, N).astype(np.float64)
+    ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c.astype(np.float64)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
 @functools.cache
 def gxx() -> str | None:
     gxx = shutil.which("g++")
@@ -377,19 +408,9 @@ inline void st_cluster_v2(unsigned addr, float a, float b) {
 }
 """
 
-CLUSTER_MAIN = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
-int main(int argc, char** argv) {
-  std::string dir = argv[1];
-  int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
-  float alpha = atof(argv[5]), beta = atof(argv[6]);
-  gridDim = {(unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]), (unsigned)atoi(argv[9])};
-  int threads = atoi(argv[10]); size_t smem_bytes = atol(argv[11]); int boff = atoi(argv[12]); int reps = atoi(argv[13]);
-  blockDim = {(unsigned)threads, 1, 1};
-  auto a = slurp((dir + "/a.bin").c_str()); auto b = slurp((dir + "/b.bin").c_str()); auto c0 = slurp((dir + "/c.bin").c_str());
-  std::vector<char> bbig(b.size() + 256);
-  char* bptr = bbig.data() + (128 - ((uintptr_t)bbig.data() % 128)) % 128 + boff * sizeof(T);
-  std::memcpy(bptr, b.data(), b.size());
-  const int blocks = gridDim.z;  // one cluster: the tile's SPLIT_K blocks
+CLUSTER_MAIN = (
+    GEMM_MAIN_HEAD
+    + r"""  const int blocks = gridDim.z;  // one cluster: the tile's SPLIT_K blocks
   const size_t stride = (smem_bytes + 127) / 128 * 128;
   std::vector<unsigned char> arena(stride * blocks + 128);
   unsigned char* base = arena.data() + (128 - (uintptr_t)arena.data() % 128) % 128;
@@ -422,3 +443,4 @@ int main(int argc, char** argv) {
   return 0;
 }
 """
+)

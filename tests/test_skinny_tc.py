@@ -8,9 +8,7 @@ m16n8k8 tf32 emulation, on shapes that are no multiple of any tile, with split-K
 from __future__ import annotations
 
 import re
-import subprocess
 
-import numpy as np
 import pytest
 
 from autotune.compiler import compile_source
@@ -18,7 +16,7 @@ from autotune.kernels import gemm_skinny_tc as tc
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
-from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx
+from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx, run_split_k_gemm
 
 LAYOUTS = ("NN", "TN")
 
@@ -132,28 +130,9 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=la
     assert decl in src
     src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
-    (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n{MMA_PTX}\nusing T = float;\n{src}\n#define KERNEL {r.kernel_name}\n{SPLIT_K_GEMM_MAIN}"
-    )
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
-
-    M, N, K = shape
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    c = rng.standard_normal((M, N)).astype(np.float32)
-    np.ascontiguousarray(a.T if layout[0] == "T" else a).tofile(tmp_path / "a.bin")
-    b.tofile(tmp_path / "b.bin")
-    c.tofile(tmp_path / "c.bin")
-    launch = tc.launch(p, tc.Problem(M, N, K, "float32", layout))
-    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0], launch.shared_bytes]
-    args += [b_offset, reps]
-    run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    out = np.fromfile(tmp_path / "out.bin", np.float32).reshape(M, N).astype(np.float64)
-    ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c.astype(np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    source = f"{HEADER}\n{MMA_PTX}\nusing T = float;\n{src}\n#define KERNEL {r.kernel_name}\n{SPLIT_K_GEMM_MAIN}"
+    launch = tc.launch(p, tc.Problem(*shape, "float32", layout))
+    return run_split_k_gemm(tmp_path, source, shape, layout, alpha, beta, launch, b_offset, reps)
 
 
 EMULATED = [

@@ -7,9 +7,6 @@ wait shows in the numbers), on shapes that are no multiple of any tile, with spl
 
 from __future__ import annotations
 
-import subprocess
-
-import numpy as np
 import pytest
 
 from autotune.compiler import ARCH_SPECIFIC, compile_source, target_arch
@@ -17,7 +14,16 @@ from autotune.kernels import gemm_skinny_wgmma as wg
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
-from tests.host_cuda import CLUSTER_MAIN, CLUSTER_PRELUDE, HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, WGMMA_PTX, gxx
+from tests.host_cuda import (
+    CLUSTER_MAIN,
+    CLUSTER_PRELUDE,
+    HEADER,
+    MMA_PTX,
+    SPLIT_K_GEMM_MAIN,
+    WGMMA_PTX,
+    gxx,
+    run_split_k_gemm,
+)
 
 LAYOUTS = ("NN", "TN")
 
@@ -153,26 +159,9 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=la
         src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
     main = f"#define KERNEL {r.kernel_name}\n{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
-    (tmp_path / "k.cpp").write_text(f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\nusing T = float;\n{src}\n{main}")
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
-
-    M, N, K = shape
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float32)
-    b = rng.standard_normal((K, N)).astype(np.float32)
-    c = rng.standard_normal((M, N)).astype(np.float32)
-    np.ascontiguousarray(a.T if layout[0] == "T" else a).tofile(tmp_path / "a.bin")
-    b.tofile(tmp_path / "b.bin")
-    c.tofile(tmp_path / "c.bin")
-    launch = wg.launch(p, wg.Problem(M, N, K, "float32", layout))
-    args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0], launch.shared_bytes]
-    args += [b_offset, reps]
-    run = subprocess.run([str(x) for x in args], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    out = np.fromfile(tmp_path / "out.bin", np.float32).reshape(M, N).astype(np.float64)
-    ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c.astype(np.float64)
-    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    source = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\nusing T = float;\n{src}\n{main}"
+    launch = wg.launch(p, wg.Problem(*shape, "float32", layout))
+    return run_split_k_gemm(tmp_path, source, shape, layout, alpha, beta, launch, b_offset, reps)
 
 
 EMULATED = [

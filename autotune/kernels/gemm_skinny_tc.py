@@ -109,18 +109,25 @@ def check(params: Params) -> str | None:
     d = derived(p)
     if d["SHARED_BYTES"] > MAX_SHARED:
         return f"STAGES x (KC x BN of B + A) need {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
-    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
-        return f"MINB = {p['MINB']} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
-    if register_estimate(p) > d["REG_CAP"]:
+    return resident_reason(p["MINB"], d, register_estimate(p))
+
+
+def resident_reason(minb: int, d: dict[str, Any], registers: int) -> str | None:
+    """Why MINB blocks with d's shared memory, threads and register cap, needing about ``registers`` registers a
+    thread, cannot share an SM, or None. Shared with skinny_wgmma."""
+    if minb * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
+        return f"MINB = {minb} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
+    if registers > d["REG_CAP"]:
         return (
-            f"needs about {register_estimate(p)} registers per thread, more than the {d['REG_CAP']} that "
-            f"MINB = {p['MINB']} blocks of {threads} threads allow"
+            f"needs about {registers} registers per thread, more than the {d['REG_CAP']} that "
+            f"MINB = {minb} blocks of {d['THREADS']} threads allow"
         )
     return None
 
 
-def launch(params: Params, problem: Any) -> Launch:
-    d = derived(params)
+def launch(params: Params, problem: Any, d: dict[str, Any] | None = None) -> Launch:
+    """Row groups of MB x column strips of BN x SPLIT_K slices (``d``: the derived values, skinny_wgmma's)."""
+    d = d or derived(params)
     grid = (-(-problem.M // params["MB"]), -(-problem.N // d["BN"]), params["SPLIT_K"])
     return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 

@@ -32,6 +32,8 @@ from typing import Any
 from .base import Launch, Params
 from .gemm_skinny import MAX_GRID_YZ, check_variant, grid_problem, split_k_scratch, unsupported
 from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
+from .gemm_skinny_tc import launch as row_group_launch
+from .gemm_skinny_tc import resident_reason
 
 PARAMS: tuple[str, ...] = ("WG", "MB", "KC", "STAGES", "ROUND", "SPLIT_K", "CLUSTER", "MINB")
 KINDS: tuple[tuple[str, str], ...] = (("CLUSTER", "bool"),)
@@ -49,7 +51,6 @@ MAX_THREADS_PER_SM = 2048
 REGS_PER_SM = 65536
 REG_SLACK = 56  # addresses, loop state, split temporaries
 MAX_SHARED = 227 * 1024
-SHARED_PER_SM = 233472  # sm_90; each resident block also reserves 1 KiB
 
 
 def variant(dtype: str, layout: str) -> dict[str, Any]:
@@ -110,20 +111,11 @@ def check(params: Params) -> str | None:
     if d["SHARED_BYTES"] > MAX_SHARED:
         need = d["SHARED_BYTES"]
         return f"the ring, A's split (and CLUSTER's slots) need {need} bytes of shared memory, more than {MAX_SHARED}"
-    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
-        return f"MINB = {p['MINB']} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
-    if register_estimate(p) > d["REG_CAP"]:
-        return (
-            f"needs about {register_estimate(p)} registers per thread, more than the {d['REG_CAP']} that "
-            f"MINB = {p['MINB']} blocks of {threads} threads allow"
-        )
-    return None
+    return resident_reason(p["MINB"], d, register_estimate(p))
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    d = derived(params)
-    grid = (-(-problem.M // params["MB"]), -(-problem.N // d["BN"]), params["SPLIT_K"])
-    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+    return row_group_launch(params, problem, derived(params))
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
