@@ -14,9 +14,9 @@ wgmma's N); KC rows of K per chunk through a cp.async ring of STAGES buffers; RO
 tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; grid
 (ceil(M / MB), ceil(N / BN), SPLIT_K); with CLUSTER the SPLIT_K blocks of a tile form a thread-block cluster and
 sum their partial tiles through distributed shared memory (else through global partials, as skinny_tc). Every
-derived quantity is computed here and only here; the template
-mirrors each check with a ``static_assert``. Compiled for sm_90a (autotune/compiler.py's ARCH_SPECIFIC); on any
-other GPU it fails to compile, a candidate's state.
+derived quantity is computed here and only here; the template mirrors each check with a ``static_assert``.
+Compiled for sm_90a (autotune/compiler.py's ARCH_SPECIFIC); on any other GPU it fails to compile, a candidate's
+state.
 
 Example::
 
