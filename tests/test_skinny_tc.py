@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from autotune.compiler import compile_source
 from autotune.kernels import gemm_skinny_tc as tc
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx, run_split_k_gemm
+from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 
 LAYOUTS = ("NN", "TN")
 
@@ -37,13 +37,7 @@ def rendered(p, layout, shape=(64, 4096, 4096)):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_configurations_compile_for_sm90_without_spills(layout):
-    for label, p in GOOD.items():
-        assert tc.check(p) is None, label
-        r = rendered(p, layout)
-        c = compile_source(r.source, r.kernel_name, "sm_90")
-        assert c.ok, f"{label}: {c.error}"
-        assert c.registers and c.registers <= tc.derived(p)["REG_CAP"], label
-        assert c.spills == 0, f"{label} spills {c.spills} bytes"
+    assert_compile_cleanly(tc, rendered, GOOD, layout)
 
 
 def test_render_names_the_math_and_uses_three_tf32_mmas_per_k_step():
@@ -87,12 +81,7 @@ BROKEN = [
 
 @pytest.mark.parametrize("base,change,words", BROKEN)
 def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words):
-    p = {**GOOD[base], **change}
-    reason = tc.check(p)
-    assert reason and all(w in reason for w in words), reason
-    r = rendered(p, "NN")
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert not c.ok and "static assert" in c.error, f"the template accepted {change}"
+    assert_refused_twice(tc, rendered, {**GOOD[base], **change}, words)
 
 
 def test_launch_scratch_and_check_problem():

@@ -24,6 +24,7 @@ from tests.host_cuda import (
     gxx,
     run_split_k_gemm,
 )
+from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 
 LAYOUTS = ("NN", "TN")
 
@@ -44,13 +45,7 @@ def rendered(p, layout, shape=(64, 4096, 4096)):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_configurations_compile_for_sm90a_without_spills_or_serialization(layout):
-    for label, p in GOOD.items():
-        assert wg.check(p) is None, label
-        r = rendered(p, layout)
-        c = compile_source(r.source, r.kernel_name, "sm_90")  # the source asks for sm_90a itself
-        assert c.ok, f"{label}: {c.error}"
-        assert c.registers and c.registers <= wg.derived(p)["REG_CAP"], label
-        assert c.spills == 0, f"{label} spills {c.spills} bytes"
+    for label, c in assert_compile_cleanly(wg, rendered, GOOD, layout).items():  # the sources ask for sm_90a
         assert "serialized" not in c.log, f"{label}: ptxas serialized the wgmmas"
 
 
@@ -108,12 +103,7 @@ BROKEN = [
 
 @pytest.mark.parametrize("base,change,words", BROKEN)
 def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words):
-    p = {**GOOD[base], **change}
-    reason = wg.check(p)
-    assert reason and all(w in reason for w in words), reason
-    r = rendered(p, "NN")
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert not c.ok and "static assert" in c.error, f"the template accepted {change}"
+    assert_refused_twice(wg, rendered, {**GOOD[base], **change}, words)
 
 
 def test_launch_scratch_and_check_problem():
