@@ -1,6 +1,7 @@
 """Where the split-K tail of a skinny_wgmma kernel spends its time, inside one launch: thread 0 of every block
-stamps %globaltimer (ns) at entry, when its main loop ends, after its partial tile is fenced and counted, and (the
-last block of a tile only) when it starts and ends the sum of the partial tiles. Each launch follows the harness's
+stamps %globaltimer (ns) at entry, when its main loop ends, when its arrival is counted, after its partial tile is
+stored, fenced and counted (blocks that are not last), and (the last block of a tile) when the others' partials
+are there and it starts the sum, and when it has issued C's stores. Each launch follows the harness's
 L2 flush; the kernel (with stamps) is verified first. Prints medians over launches, in us from the launch's first
 block entry:
 
@@ -37,25 +38,36 @@ STAMP = (
 PLACES = [  # (text in the source, stamp inserted before (False) or after (True) it, stamp number)
     ("const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;", True, 0),
     ("  // ---- epilogue: row 8j", False, 1),
-    ("const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;", True, 2),
-    ("    if (s_last) {\n", True, 3),
-    ("      if (tid == 0) atomicExch(counters + tile, 0u);", False, 4),
+    ("    if (tid == 0) s_last = atomicAdd(arrived, 1u) == (unsigned)(SPLIT_K - 1);", True, 2),
+    ("        atomicAdd(stored, 1u);", True, 3),
+    ("    const int rows = min(MB, M - m0), cols = min(BN, N - n0);", False, 4),
+    ("    } else {  // edge tiles: one element at a time", False, 5),
 ]
-LOAD = "const float4 q = __ldcg(reinterpret_cast<const float4*>(partial + zz * slice + o));"
+LOAD = "q[zz][i] = ld_relaxed4(zz == z ? own + r * BNP + c4 : partial + zz * slice + (size_t)(m0 + r) * N + n0 + c4);"
 STORE = "*reinterpret_cast<float4*>(C + o) = out;"
 CUTS = {  # diagnostic variants of the sum (wrong numbers: not verified)
-    "loads": (LOAD, "const float4 q = make_float4(o * 1e-9f, 1.0f, 2.0f, 3.0f);"),
+    "loads": (LOAD, "q[zz][i] = make_float4(r * 1e-9f, 1.0f, 2.0f, 3.0f);"),
     "stores": (STORE, "if (out.x == 1234.5f) *reinterpret_cast<float4*>(C + o) = out;"),
 }
-PARTIAL = "__stcg(reinterpret_cast<float2*>(p), make_float2(v[0], v[1]));"
+PARTIAL = (
+    "__stcg(reinterpret_cast<float2*>(p + (size_t)(8 * j + e) * N), make_float2(acc[4 * j + e], acc[4 * j + 2 + e]));"
+)
 EVICT_LAST = (  # the partial tiles' stores marked evict-last in L2 (computes the right numbers)
     "{ unsigned long long pol; "
     'asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)); '
-    'asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" :: "l"(p), "f"(v[0]), "f"(v[1]), "l"(pol) '
-    ': "memory"); }'
+    'asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;" :: "l"(p + (size_t)(8 * j + e) * N), '
+    '"f"(acc[4 * j + e]), '
+    '"f"(acc[4 * j + 2 + e]), "l"(pol) : "memory"); }'
 )
 CUTS["evict_last"] = (PARTIAL, EVICT_LAST)
-NAMES = ["entry", "main loop done", "partials fenced, counted", "sum starts (last blocks)", "sum ends"]
+NAMES = [
+    "entry",
+    "main loop done",
+    "arrival counted",
+    "partial stored, counted (not last)",
+    "sum starts (last, others stored)",
+    "sum issued (last)",
+]
 
 
 def instrument(source: str) -> str:
@@ -128,8 +140,8 @@ def main() -> int:
         for k, name in enumerate(NAMES):
             got = t[:, k][t[:, k] > 0] - t0
             rows[name].append((np.median(got) / 1e3, got.max() / 1e3) if got.size else (0.0, 0.0))
-        last = t[:, 3] > 0
-        span.append(float(np.median(t[last, 4] - t[last, 3])) / 1e3)
+        last = t[:, 4] > 0
+        span.append(float(np.median(t[last, 5] - t[last, 4])) / 1e3)
     print(f"{'stamp':<28} {'median block us':>16} {'last block us':>14}   (median over {args.launches} launches)")
     result = {"kernel": base.kernel_name, "gpu": gpu.name, "error": err, "stamps": {}}
     for name in NAMES:

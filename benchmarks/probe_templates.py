@@ -4,6 +4,8 @@ the vendor library in this process. Prints one row per (config, shape); never st
     python3 benchmarks/probe_templates.py [--template wmma [mma ...]] [--dtype float16] [--shapes 4096x4096x4096 ...]
     python3 benchmarks/probe_templates.py --template mma wmma --shapes 8192x8192x8192 4096x4096x4096
     python3 benchmarks/probe_templates.py --template skinny_wgmma skinny_tc --dtype float32 --shapes 64x4096x4096
+    python3 benchmarks/probe_templates.py --template skinny_wgmma --dtype float32 --shapes 64x4096x4096 \\
+        --config '{"WG": 2, "MB": 64, "KC": 32, "STAGES": 6, ...}'
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def main() -> int:
     ap.add_argument("--layout", default="NN")
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"])
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    ap.add_argument("--config", action="append", type=json.loads, metavar="JSON",
+                    help="probe these parameters (repeatable) instead of the template's list")  # fmt: skip
     args = ap.parse_args()
     gpu = current_gpu()
     settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
@@ -82,7 +86,7 @@ def main() -> int:
         problem = GEMM.problem(shape, args.dtype, args.layout)
         vendor = time_vendor("gemm", problem, flush, settings.timing)
         vname, vt = vendor if vendor else ("-", None)
-        for template, params in [(t, p) for t in args.template for p in CONFIGS[t]]:
+        for template, params in [(t, p) for t in args.template for p in (args.config or CONFIGS[t])]:
             try:
                 r = evaluate(Candidate("gemm", template, problem, Config.of(params)), settings)
             except Exception as exc:  # a probe reports everything and goes on

@@ -41,6 +41,7 @@ template <int N> inline void host_sync_group(int g) {
   bars[g].arrive_and_wait();
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -95,7 +96,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 
 # The main of the split-K GEMM emulations (skinny, skinny_tc): reads a.bin, b.bin (B shifted by b_offset elements
 # from 128-byte alignment) and c.bin, runs the grid `reps` times on the same NaN-poisoned partials and counters
-# (the counters must be back at zero after each launch), writes out.bin. The kernel is KERNEL, its element
+# (the counters must be back at zero after each launch, and every launch must write the same bytes of C although
+# a different slice of K runs last each time: the last, the first, the middle one), writes out.bin. The kernel is KERNEL, its element
 # type T; with MMA_PTX included each warp also gets its barrier.
 # The arguments and inputs of both GEMM mains (SPLIT_K_GEMM_MAIN, CLUSTER_MAIN): the problem, the launch, the operands.
 GEMM_MAIN_HEAD = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
@@ -123,13 +125,17 @@ SPLIT_K_GEMM_MAIN = (
   size_t nscratch = (size_t)gridDim.z * M * N + 4;
   std::vector<float> pbig(nscratch, NAN);  // unwritten partials would poison C
   float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
-  std::vector<unsigned> counters(gridDim.x * gridDim.y, 0u);
-  std::vector<char> c;
+  std::vector<unsigned> counters(2 * gridDim.x * gridDim.y, 0u);  // skinny_wgmma counts twice a tile
+  std::vector<char> c, first;
   for (int rep = 0; rep < reps; ++rep) {
     c = c0;
-    for (unsigned z = 0; z < gridDim.z; ++z)
+    // Launch r runs slice last_z of K last (so it is the one to sum the split-K partials): the last slice, the
+    // first, then the middle one, in turn; the others in order before it.
+    const unsigned last_z = rep % 3 == 0 ? gridDim.z - 1 : rep % 3 == 1 ? 0 : gridDim.z / 2;
+    for (unsigned zi = 0; zi < gridDim.z; ++zi)
       for (unsigned y = 0; y < gridDim.y; ++y)
         for (unsigned x = 0; x < gridDim.x; ++x) {
+          const unsigned z = zi < last_z ? zi : zi + 1 < gridDim.z ? zi + 1 : last_z;
           blockIdx = {x, y, z};
           std::barrier<> bar(threads);
           g_bar = &bar;
@@ -146,6 +152,10 @@ SPLIT_K_GEMM_MAIN = (
           for (auto& th : ts) th.join();
         }
     for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
+    if (rep == 0) first = c;
+    else if (c != first) {  // the sums are in z order, so the blocks' order must not change a bit of C
+      fprintf(stderr, "launch %d (slice %u last) wrote a different C from launch 0\n", rep, last_z); return 5;
+    }
   }
   FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
   return 0;

@@ -35,6 +35,7 @@ GOOD = {
     "wide": dict(WG=4, MB=16, KC=16, STAGES=3, ROUND=64, SPLIT_K=1, CLUSTER=False, MINB=1),
     "split3": dict(WG=1, MB=16, KC=32, STAGES=5, ROUND=64, SPLIT_K=3, CLUSTER=False, MINB=2),
     "cluster2": dict(WG=2, MB=16, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=True, MINB=1),
+    "m64_split": dict(WG=2, MB=64, KC=16, STAGES=3, ROUND=32, SPLIT_K=4, CLUSTER=False, MINB=1),
 }
 
 
@@ -63,7 +64,9 @@ def test_render_names_the_math_and_uses_three_wgmmas_per_k_step():
     assert r.kernel_name == "gemm_skinny_wgmma_f32_tn_wg1_mb32_kc16_stages3_round32_split_k2_cluster0_minb1"
     assert "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 { " in r.source
     assert '"+f"(d[15])' in r.source and '"+f"(d[16])' not in r.source  # MB / 2 accumulators
-    assert r.source.count("wgmma_tf32(d, f") == 3 and "fence.proxy.async.shared::cta" in r.source
+    # per k-step: residual x high, high x residual, high x high (the first of a window from zero)
+    assert r.source.count("wgmma_tf32(d, f") == 4 and r.source.count("wgmma_tf32_zero(d, f") == 1
+    assert "fence.proxy.async.shared::cta" in r.source
     assert "constexpr int CHUNKS_PER_ROUND = ROUND / KC;" in r.source and "float2 r[KS][2];" in r.source
     assert "constexpr bool TRANS_A = true;" in r.source
 
@@ -112,7 +115,7 @@ def test_launch_scratch_and_check_problem():
     assert wg.launch(p, problem) == Launch((1, 32, 4), (256, 1, 1), wg.derived(p)["SHARED_BYTES"])
     assert wg.launch(p, wg.Problem(65, 4097, 7, "float32")).grid == (2, 33, 4)
     assert wg.scratch(p, problem) == (0, 0)  # a cluster sums its partial tiles in shared memory
-    assert wg.scratch({**p, "CLUSTER": False}, problem) == (4 * 64 * 4096, 32)
+    assert wg.scratch({**p, "CLUSTER": False}, problem) == (4 * 64 * 4096, 2 * 32)  # arrived, stored: per tile
     assert wg.scratch(GOOD["wide"], problem) == (0, 0)
     assert wg.check_problem(p, problem) is None
     assert "float32" in wg.check_problem(p, wg.Problem(64, 64, 64, "float16"))
@@ -133,7 +136,7 @@ def test_params_and_the_auto_template():
 # poisons C.
 
 
-def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
+def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=lambda src: src):
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
@@ -164,6 +167,7 @@ EMULATED = [
     ("m64", "NN", (64, 128, 1000), 1.0, 0.0, 0),  # cluster of 4: split-K in shared memory, 8 chunks per slice
     ("cluster2", "TN", (13, 200, 333), 1.5, 0.5, 1),  # cluster of 2 with beta, rows past M, columns past N
     ("m8_deep", "TN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices (they still meet the barriers)
+    ("m64_split", "NN", (64, 128, 256), 1.0, 0.5, 0),  # whole 64 x 128 tiles, split-K 4 through global memory, beta
 ]
 
 
@@ -192,16 +196,20 @@ def test_the_emulation_catches_a_fragment_rewritten_before_its_wait(tmp_path):
 def test_the_residual_products_make_it_fp32(tmp_path):
     """Without the two residual products the same kernel is a plain tf32 GEMM, which misses the float32 tolerance."""
     small = (
-        "wgmma_tf32(d, fl[F][j], a_desc(hi, j), !(FIRST && j == 0));",
-        "wgmma_tf32(d, fh[F][j], a_desc(lo, j), 1);",
+        "if (first) wgmma_tf32_zero(d, fl[F][0], a_desc(hi, 0));",
+        "else wgmma_tf32(d, fl[F][0], a_desc(hi, 0));",
+        "if (j > 0) wgmma_tf32(d, fl[F][j], a_desc(hi, j));",
+        "wgmma_tf32(d, fh[F][j], a_desc(lo, j));",
     )
-    high = "wgmma_tf32(d, fh[F][j], a_desc(hi, j), 1);"
 
     def high_parts_only(src):
-        for term in (*small, high):
+        for term in small:
             assert src.count(term) == 1
-        src = src.replace(small[0], "").replace(small[1], "")
-        return src.replace(high, "wgmma_tf32(d, fh[F][j], a_desc(hi, j), !(FIRST && j == 0));")  # a window's first
+        for term in small:
+            src = src.replace(term, "")
+        high = "wgmma_tf32(d, fh[F][j], a_desc(hi, j));"
+        assert src.count(high) == 1  # a window's first high product zeroes d instead
+        return src.replace(high, "if (j == 0 && first) wgmma_tf32_zero(d, fh[F][j], a_desc(hi, j)); else " + high)
 
     args = (GOOD["m32"], "NN", (8, 64, 256), 1.0, 0.0, 0)
     assert _emulate(tmp_path, *args) < 1e-5

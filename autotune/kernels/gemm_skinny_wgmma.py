@@ -13,7 +13,8 @@ A block is WG warpgroups side by side along N, each 64 columns of B (BN = 64 * W
 wgmma's N); KC rows of K per chunk through a cp.async ring of STAGES buffers; ROUND rows of K summed on the
 tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; grid
 (ceil(M / MB), ceil(N / BN), SPLIT_K); with CLUSTER the SPLIT_K blocks of a tile form a thread-block cluster and
-sum their partial tiles through distributed shared memory (else through global partials, as skinny_tc). Every
+sum their partial tiles through distributed shared memory (else through global partials: the last block of a
+tile to arrive keeps its own in shared memory and sums the others in z order). Every
 derived quantity is computed here and only here; the template mirrors each check with a ``static_assert``.
 Compiled for sm_90a (autotune/compiler.py's ARCH_SPECIFIC); on any other GPU it fails to compile, a candidate's
 state.
@@ -119,10 +120,12 @@ def launch(params: Params, problem: Any) -> Launch:
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
-    """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero. None with CLUSTER:
-    its partial tiles meet in the cluster's shared memory."""
+    """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero. Two counters a
+    tile (blocks arrived, partials stored); none with CLUSTER: its partial tiles meet in the cluster's shared
+    memory."""
     split_k = 1 if params["CLUSTER"] else params["SPLIT_K"]
-    return split_k_scratch(split_k, problem, launch(params, problem).grid)
+    floats, counters = split_k_scratch(split_k, problem, launch(params, problem).grid)
+    return floats, 2 * counters
 
 
 def check_problem(params: Params, problem: Any) -> str | None:
