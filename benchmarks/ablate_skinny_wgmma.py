@@ -52,7 +52,9 @@ ISSUE = "    issue(s + STAGES - 1, wr, vec);\n"
 COMMIT = "    wgmma_commit();\n    // chunk s + 1's A"
 LATE = "    wgmma_commit();\n    issue(s + STAGES - 1, wr, vec);\n    // chunk s + 1's A"
 ARRIVE = "    if (tid == 0) s_last = atomicAdd(arrived, 1u) == (unsigned)(SPLIT_K - 1);"
-PARTIAL = "__stcg(reinterpret_cast<float2*>(p + (size_t)(8 * j + e) * N), make_float2(acc[4 * j + e], acc[4 * j + 2 + e]));"
+PARTIAL = (
+    "__stcg(reinterpret_cast<float2*>(p + (size_t)(8 * j + e) * N), make_float2(acc[4 * j + e], acc[4 * j + 2 + e]));"
+)
 SUM = "for (int base = tid; base < rows * Q; base += RED * THREADS) {"
 NO_MMA = [(t, "") for t in (*SMALL, HIGH)]
 NO_COPY = [(B_COPY, "(void)ok;"), (A_COPY, "(void)src;")]
