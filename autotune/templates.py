@@ -79,6 +79,9 @@ def fits_installed(kernel: str, template: str, params: dict[str, Any]) -> bool:
     family = FAMILIES[kernel]
     if template not in family.templates:
         return False
+    info = family.templates[template]
+    if set(info.params) - set(info.optional) - set(params):  # e.g. skinny_wgmma's TMA, gained 2026-11-30
+        return False
     try:
         return family.check(template, params) is None
     except (KeyError, TypeError):  # a parameter the installed template needs is missing or of another kind

@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -33,7 +35,7 @@ from autotune.device import current_gpu  # noqa: E402
 PLAN = TimingPlan(warmup=3, min_repeats=40, max_repeats=200, target_ms=30.0)
 
 SOURCE = r"""
-constexpr int THREADS = 256, BN = 128, BNP = BN + 8, MB = MROWS, ALD = KC + 4;
+constexpr int THREADS = 256, BN = 128, BNP = COPY >= 2 ? BN : BN + 8, MB = MROWS, ALD = KC + 4;
 constexpr int STAGE = KC * BNP + MB * ALD;  // floats
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -43,18 +45,24 @@ __device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes,
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
 }
+// B's chunk by the tensor memory accelerator: one 2D box copy (the map in global memory, generic address)
+__device__ __forceinline__ void tma2d(void* dst, const void* map, int x, int y, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
+}
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
   asm volatile("{ .reg .pred p; WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra WAIT_%=; }\n"
                ::"r"(smem_u32(bar)), "r"(parity) : "memory");
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-stream(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ out, int N, int K, int split_k) {
+stream(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ out, int N, int K, int split_k,
+       const unsigned char* __restrict__ maps) {
   extern __shared__ __align__(128) float ring[];
   __shared__ __align__(8) unsigned long long full[STAGES];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int n0 = blockIdx.y * BN, z = blockIdx.z;
   const int kbeg = z * (K / split_k), nsteps = (K / split_k) / KC;
-#if BULK
+#if COPY >= 1
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(full + s)));
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -66,7 +74,18 @@ stream(const float* __restrict__ A, const float* __restrict__ B, double* __restr
     float* as = bs + KC * BNP;
     if (c < nsteps) {
       const int k0 = kbeg + c * KC;
-#if BULK
+#if COPY >= 2
+      if (tid == 0) {
+        unsigned long long state;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;\n"
+                     : "=l"(state) : "r"(smem_u32(full + buf)), "r"(KC * BN * 4) : "memory");
+        for (int q = 0; q < BN / BOXW; ++q) tma2d(bs + q * BOXW * KC, maps, n0 + q * BOXW, k0, full + buf);
+      }
+      const int ar = tid / (KC / 4), ac = (tid % (KC / 4)) * 4;
+#pragma unroll
+      for (int p = 0; p < MB * KC / 4 / THREADS; ++p)
+        cp_async16(as + (ar + p * (THREADS / (KC / 4))) * ALD + ac, A + (size_t)(ar + p * (THREADS / (KC / 4))) * K + k0 + ac);
+#elif COPY == 1
       if (warp == 0) {
         if (lane == 0) {
           unsigned long long state;
@@ -86,7 +105,7 @@ stream(const float* __restrict__ A, const float* __restrict__ B, double* __restr
         cp_async16(as + (ar + p * (THREADS / (KC / 4))) * ALD + ac, A + (size_t)(ar + p * (THREADS / (KC / 4))) * K + k0 + ac);
 #endif
     }
-#if !BULK
+#if COPY != 1
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
   };
@@ -95,7 +114,10 @@ stream(const float* __restrict__ A, const float* __restrict__ B, double* __restr
   int rd = 0;
   unsigned phase = 0;
   for (int s = 0; s < nsteps; ++s) {
-#if BULK
+#if COPY >= 2
+    bar_wait(full + rd, phase);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
+#elif COPY == 1
     bar_wait(full + rd, phase);
 #else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
@@ -109,7 +131,11 @@ stream(const float* __restrict__ A, const float* __restrict__ B, double* __restr
     constexpr int BW = BN * KC / THREADS, AW = MB * KC / THREADS;
 #pragma unroll
     for (int i = 0; i < BW; i += 4) {
+#if COPY >= 2
+      const float4 v = *reinterpret_cast<const float4*>(bs + 4 * tid + THREADS * i);
+#else
       const float4 v = *reinterpret_cast<const float4*>(bs + (tid % KC) * BNP + (tid / KC) * BW + i);
+#endif
       acc += (v.x + v.y) + (v.z + v.w);
     }
 #pragma unroll
@@ -117,6 +143,9 @@ stream(const float* __restrict__ A, const float* __restrict__ B, double* __restr
       const float4 v = *reinterpret_cast<const float4*>(as + (tid % MB) * ALD + (tid / MB) * AW + i);
       acc += (v.x + v.y) + (v.z + v.w);
     }
+#if COPY >= 2
+    // (the dense B stage summed flat: every element once, whatever the swizzle)
+#endif
     if (++rd == STAGES) { rd = 0; phase ^= 1u; }
   }
   out[((size_t)blockIdx.z * gridDim.y + blockIdx.y) * THREADS + tid] = acc;
@@ -131,6 +160,25 @@ extern "C" __global__ void __launch_bounds__(256) read_all(const float4* __restr
   if (acc == 1234.5f) out[0] = acc;  // keeps the loads
 }
 """
+
+
+def tensor_map_2d(b, n: int, k: int, boxw: int, rows: int, swizzle: int, promotion: int) -> bytes:
+    """The 128-byte CUtensorMap of row-major float32 B (k x n), boxes of boxw columns x rows rows, from the
+    driver's cuTensorMapEncodeTiled (enum values from cuda.h: FLOAT32 = 7, SWIZZLE_128B = 3, L2_256B = 3)."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    out = (ctypes.c_uint64 * 16)()
+    dims = (ctypes.c_uint64 * 2)(n, k)
+    strides = (ctypes.c_uint64 * 1)(n * 4)
+    box = (ctypes.c_uint32 * 2)(boxw, rows)
+    elem = (ctypes.c_uint32 * 2)(1, 1)
+    fn = cuda.cuTensorMapEncodeTiled
+    fn.restype = ctypes.c_int
+    rc = fn(out, 7, 2, ctypes.c_void_p(b.data.ptr), dims, strides, box, elem, 0, swizzle, promotion, 0)
+    if rc != 0:
+        raise SystemExit(f"cuTensorMapEncodeTiled failed with CUresult {rc}")
+    return bytes(out)
 
 
 def build(cp, arch: str, defines: dict[str, int]):
@@ -150,6 +198,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--split-k", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--bulk", action="store_true", help="also time per-row cp.async.bulk copies (slow: ~96 us)")
     args = ap.parse_args()
     import cupy as cp
     from cupy_backends.cuda.api import driver
@@ -164,7 +213,7 @@ def main() -> int:
     flush = L2Flusher()
     rows = []
 
-    mod = build(cp, gpu.arch, {"MROWS": m, "KC": 32, "STAGES": 4, "BULK": 0})
+    mod = build(cp, gpu.arch, {"MROWS": m, "KC": 32, "STAGES": 4, "COPY": 0, "BOXW": 1})
     rd = mod.get_function("read_all")
     sink = cp.zeros(1, dtype=cp.float32)
     n4 = b.size // 4
@@ -172,22 +221,32 @@ def main() -> int:
     t = time_launches(lambda: rd((grid,), (256,), (b, cp.uint64(n4), sink)), flush, PLAN)
     rows.append({"variant": "read B (float4 loads)", "stages": "", "kc": "", "us": t.median_ms * 1e3})
 
-    for bulk in (0, 1):
+    variants = [  # (name, COPY, BOXW, swizzle, L2 promotion)
+        ("cp.async 16 B per thread", 0, 0, 0, 0),
+        ("TMA 2D, one 128-col box, no swizzle", 2, 128, 0, 0),
+        ("TMA 2D, four 32-col boxes, 128B swizzle", 2, 32, 3, 0),
+        ("TMA 2D, four 32-col boxes, 128B swz, L2 256B", 2, 32, 3, 3),
+    ]
+    if args.bulk:
+        variants.insert(1, ("bulk copies (cp.async.bulk + mbarrier)", 1, 0, 0, 0))
+    for name, copy, boxw, swizzle, promo in variants:
         for kc in (32,):
+            maps = cp.zeros(128, dtype=cp.uint8)
+            if copy >= 2:
+                maps.set(np.frombuffer(tensor_map_2d(b, n, k, boxw, kc, swizzle, promo), dtype=np.uint8))
             for stages in (4, 6, 8):
-                stage_floats = kc * 136 + m * (kc + 4)
+                stage_floats = kc * (128 if copy >= 2 else 136) + m * (kc + 4)
                 shared = stages * stage_floats * 4
                 if shared > gpu.max_shared_per_block:
                     continue
-                mod = build(cp, gpu.arch, {"MROWS": m, "KC": kc, "STAGES": stages, "BULK": bulk})
+                mod = build(cp, gpu.arch, {"MROWS": m, "KC": kc, "STAGES": stages, "COPY": copy, "BOXW": boxw or 1})
                 fn = mod.get_function("stream")
                 driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
                 g = (1, n // 128, args.split_k)
                 out = cp.full(g[1] * g[2] * 256, cp.nan, dtype=cp.float64)
-                kargs = (a, b, out, cp.int32(n), cp.int32(k), cp.int32(args.split_k))
+                kargs = (a, b, out, cp.int32(n), cp.int32(k), cp.int32(args.split_k), maps)
                 fn(g, (256,), kargs, shared_mem=shared)
                 got = float(out.sum())
-                name = "bulk copies (cp.async.bulk + mbarrier)" if bulk else "cp.async 16 B per thread"
                 row = {"variant": name, "stages": stages, "kc": kc}
                 if not abs(got - expect) <= 1e-5 * scale:
                     row["us"] = float("nan")

@@ -27,6 +27,7 @@ from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.search import FINAL_PLAN  # noqa: E402
 from autotune.space import Config  # noqa: E402
 from autotune.store import read, tuned_file  # noqa: E402
+from autotune.templates import fits_installed  # noqa: E402
 
 
 def main() -> int:
@@ -46,6 +47,9 @@ def main() -> int:
     for key, e in doc["entries"].items():
         dtype, layout, label = key.split("/")
         problem = family.problem(label, dtype, layout)
+        if not fits_installed(args.kernel, e["template"], e["params"]):
+            print(f"{key}: skipped, stored by another version of template {e['template']} (tune it again)")
+            continue
         settings = Settings(arch=gpu.arch, tolerance=e["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
                             timing=FINAL_PLAN)  # fmt: skip
         r = evaluate(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings, flush)

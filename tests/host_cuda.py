@@ -101,6 +101,9 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 # type T; with MMA_PTX included each warp also gets its barrier.
 # The arguments and inputs of both GEMM mains (SPLIT_K_GEMM_MAIN, CLUSTER_MAIN): the problem, the launch, the operands.
 GEMM_MAIN_HEAD = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
+#ifndef KERNEL_EXTRA_ARGS  // arguments after counters (skinny_wgmma: B's tensor map), with a leading comma
+#define KERNEL_EXTRA_ARGS
+#endif
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]);
@@ -147,7 +150,7 @@ SPLIT_K_GEMM_MAIN = (
           for (int t = 0; t < threads; ++t)
             ts.emplace_back([&, t] {
               threadIdx = {(unsigned)t, 0, 0};
-              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial, counters.data());
+              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial, counters.data() KERNEL_EXTRA_ARGS);
             });
           for (auto& th : ts) th.join();
         }
@@ -444,7 +447,7 @@ CLUSTER_MAIN = (
               t_blockIdx = {x, y, (unsigned)q};
               t_smem_base = base + q * stride; t_smem_size = smem_bytes; t_block_slot = q;
               t_bar = block_bars[q].get();
-              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
+              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr KERNEL_EXTRA_ARGS);
             });
         for (auto& th : ts) th.join();
       }
@@ -454,3 +457,71 @@ CLUSTER_MAIN = (
 }
 """
 )
+
+
+# Emulation of the tensor memory accelerator and the mbarriers of templates/gemm/skinny_wgmma.cu.j2 (TMA = true):
+# a "tensor map" is the host's own struct (the real one is the driver's opaque bytes); a box lands only when a
+# thread waits on its barrier's phase (the latest the hardware may), element by element at the shared address
+# the 128-byte swizzle gives (16-byte piece p of a 128-byte row at p ^ (address bits 7..9)), zeros past the
+# tensor's edges. A wait on a phase nothing will complete (it would hang) or a byte count that disagrees with the
+# boxes aborts. Include after WGMMA_PTX; define KERNEL_EXTRA_ARGS as ", host_tensor_map(bptr, N, K, KC)".
+TMA_PTX = r"""
+#include <map>
+#include <mutex>
+#define __grid_constant__
+struct TensorMap { const float* base; long long width, height, ld; int box_w, box_h; };
+inline TensorMap host_tensor_map(const void* b, int n, int k, int rows) { return {(const float*)b, n, k, n, 32, rows}; }
+struct HostMbar {
+  struct Box { unsigned char* dst; TensorMap map; int x, y; };
+  int phase = 0;
+  bool armed = false;
+  long long expect = 0;
+  std::vector<Box> boxes;
+};
+std::mutex g_mbar_mu;
+std::map<const void*, HostMbar> g_mbars;
+inline HostMbar& host_mbar(const void* bar) {
+  auto it = g_mbars.find(bar);
+  if (it == g_mbars.end()) { fprintf(stderr, "mbarrier: used before mbarrier.init\n"); abort(); }
+  return it->second;
+}
+inline void mbar_init(unsigned long long* bar) { std::lock_guard<std::mutex> l(g_mbar_mu); g_mbars[bar] = HostMbar{}; }
+inline void mbar_fence_init() {}
+inline void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+  std::lock_guard<std::mutex> l(g_mbar_mu);
+  HostMbar& b = host_mbar(bar);
+  if (b.armed) { fprintf(stderr, "mbarrier: a second arrival in one phase (count 1)\n"); abort(); }
+  b.armed = true;
+  b.expect += bytes;
+}
+inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned long long* bar) {
+  std::lock_guard<std::mutex> l(g_mbar_mu);
+  const unsigned char* q = (const unsigned char*)dst;
+  if ((uintptr_t)(q - host_smem_base()) % 128 || q < host_smem_base() ||
+      q + (size_t)map->box_w * map->box_h * 4 > host_smem_base() + host_smem_size()) {
+    fprintf(stderr, "cp.async.bulk.tensor: bad shared address\n"); abort();
+  }
+  if (map->box_w * 4 != 128) { fprintf(stderr, "cp.async.bulk.tensor: the 128-byte swizzle needs 128-byte box rows\n"); abort(); }
+  host_mbar(bar).boxes.push_back({(unsigned char*)dst, *map, x, y});
+}
+inline void mbar_wait(unsigned long long* bar, unsigned parity) {
+  std::lock_guard<std::mutex> l(g_mbar_mu);
+  HostMbar& b = host_mbar(bar);
+  if ((int)parity != b.phase) return;  // that phase has completed
+  if (!b.armed) { fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU)\n"); abort(); }
+  long long bytes = 0;
+  for (const HostMbar::Box& box : b.boxes) {
+    const TensorMap& m = box.map;
+    for (int r = 0; r < m.box_h; ++r)
+      for (int c = 0; c < m.box_w; ++c) {
+        const long long gx = (long long)box.x + c, gy = (long long)box.y + r;
+        const float v = gx >= 0 && gy >= 0 && gx < m.width && gy < m.height ? m.base[gy * m.ld + gx] : 0.0f;
+        const size_t addr = (size_t)(box.dst - host_smem_base()) + (size_t)r * 128 + (size_t)c * 4;
+        std::memcpy(host_smem_base() + (addr ^ (((addr >> 7) & 7) << 4)), &v, 4);
+      }
+    bytes += (long long)m.box_w * m.box_h * 4;
+  }
+  if (bytes != b.expect) { fprintf(stderr, "mbarrier: expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes); abort(); }
+  b.boxes.clear(); b.expect = 0; b.armed = false; b.phase ^= 1;
+}
+"""

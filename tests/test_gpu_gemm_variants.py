@@ -232,24 +232,28 @@ def _needs_sm90(settings):
         pytest.skip(f"skinny_wgmma is sm_90a code (wgmma); this GPU is {settings.arch}")
 
 
+@pytest.mark.parametrize("tma", [True, False], ids=["tma", "cp_async"])
 @pytest.mark.parametrize("layout", ["NN", "TN"])
 @pytest.mark.parametrize(
     "params", SKINNY_WGMMA, ids=lambda p: "wg{WG}-mb{MB}-kc{KC}-r{ROUND}-sk{SPLIT_K}-cl{CLUSTER:d}".format(**p)
 )
-def test_skinny_wgmma_meets_the_float32_tolerance(settings, layout, params):
-    """3xTF32 on the warpgroup tensor cores is judged as float32 (1e-5), on shapes no tile divides."""
+def test_skinny_wgmma_meets_the_float32_tolerance(settings, layout, params, tma):
+    """3xTF32 on the warpgroup tensor cores is judged as float32 (1e-5), on shapes no tile divides; B by the
+    tensor memory accelerator where N % 4 == 0 (TMA), else and without TMA by cp.async."""
     _needs_sm90(settings)
     shapes = SKINNY_SHAPES + [(64, 4096, 4096), (61, 333, 4097)]
-    failures = _wrong_on(settings, "skinny_wgmma", "float32", layout, params, shapes)
+    failures = _wrong_on(settings, "skinny_wgmma", "float32", layout, {**params, "TMA": tma}, shapes)
     assert not failures, "\n".join(failures)
 
 
 def test_skinny_wgmma_split_k_relaunches_with_alpha_beta(settings):
     _needs_sm90(settings)
-    for layout in ("NN", "TN"):
-        problem = GEMM.problem([37, 1001, 2999], "float32", layout)
-        errors = _launch_twice(settings, "skinny_wgmma", SKINNY_WGMMA[0], problem, alpha=0.75, beta=-1.5)
-        assert all(e < tolerance_for("float32") for e in errors), errors
+    for layout, n in (("NN", 1001), ("TN", 1001), ("NN", 1000)):  # N % 4 == 0: B by TMA where TMA is on
+        problem = GEMM.problem([37, n, 2999], "float32", layout)
+        for tma in (True, False):
+            p = {**SKINNY_WGMMA[0], "TMA": tma}
+            errors = _launch_twice(settings, "skinny_wgmma", p, problem, alpha=0.75, beta=-1.5)
+            assert all(e < tolerance_for("float32") for e in errors), (layout, n, tma, errors)
 
 
 def _launch_twice(settings, template, params, problem, alpha, beta):

@@ -310,3 +310,13 @@ def test_a_winograd_mma_entry_is_not_served_nearest_to_a_layer_deeper_than_its_m
     assert (near.step, near.params.get("MMA")) == ("nearest", 1)
     deep = choose("conv2d", conv.problem("n1c1024h56w56k64r3s3u1p1", "float32", "NCHW"), H200, "sm_90", d)
     assert deep.step == "nearest" and "MMA" not in deep.params and deep.source.endswith("n1c256h14w14k256r3s3u1p1")
+
+
+def test_an_entry_missing_a_parameter_its_checks_never_read_does_not_fit():
+    """skinny_wgmma gained TMA, which its checks do not read: an entry stored before it is a misfit (passed over,
+    tuned again), not a KeyError when its kernel is named or rendered."""
+    before = dict(WG=2, MB=64, KC=32, STAGES=6, ROUND=256, SPLIT_K=4, CLUSTER=False, MINB=1)
+    assert not fits_installed("gemm", "skinny_wgmma", before)
+    assert fits_installed("gemm", "skinny_wgmma", {**before, "TMA": True})
+    entry = {"template": "skinny_wgmma", "params": before, "source_hash": "0123456789abcdef"}
+    assert not installed_renders("gemm", entry, problem("64x4096x4096"))

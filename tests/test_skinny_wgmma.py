@@ -20,6 +20,7 @@ from tests.host_cuda import (
     HEADER,
     MMA_PTX,
     SPLIT_K_GEMM_MAIN,
+    TMA_PTX,
     WGMMA_PTX,
     gxx,
     run_split_k_gemm,
@@ -29,13 +30,14 @@ from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 LAYOUTS = ("NN", "TN")
 
 GOOD = {
-    "m64": dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1),
-    "m32": dict(WG=1, MB=32, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=False, MINB=1),
-    "m8_deep": dict(WG=1, MB=8, KC=32, STAGES=3, ROUND=256, SPLIT_K=8, CLUSTER=True, MINB=2),
-    "wide": dict(WG=4, MB=16, KC=16, STAGES=3, ROUND=64, SPLIT_K=1, CLUSTER=False, MINB=1),
-    "split3": dict(WG=1, MB=16, KC=32, STAGES=5, ROUND=64, SPLIT_K=3, CLUSTER=False, MINB=2),
-    "cluster2": dict(WG=2, MB=16, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=True, MINB=1),
-    "m64_split": dict(WG=2, MB=64, KC=16, STAGES=3, ROUND=32, SPLIT_K=4, CLUSTER=False, MINB=1),
+    "m64": dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1, TMA=True),
+    "m32": dict(WG=1, MB=32, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=False, MINB=1, TMA=False),
+    "m8_deep": dict(WG=1, MB=8, KC=32, STAGES=3, ROUND=256, SPLIT_K=8, CLUSTER=True, MINB=2, TMA=True),
+    "wide": dict(WG=4, MB=16, KC=16, STAGES=3, ROUND=64, SPLIT_K=1, CLUSTER=False, MINB=1, TMA=True),
+    "split3": dict(WG=1, MB=16, KC=32, STAGES=5, ROUND=64, SPLIT_K=3, CLUSTER=False, MINB=2, TMA=False),
+    "cluster2": dict(WG=2, MB=16, KC=16, STAGES=3, ROUND=32, SPLIT_K=2, CLUSTER=True, MINB=1, TMA=False),
+    "m64_split": dict(WG=2, MB=64, KC=16, STAGES=3, ROUND=32, SPLIT_K=4, CLUSTER=False, MINB=1, TMA=True),
+    "m32_tma": dict(WG=1, MB=32, KC=32, STAGES=4, ROUND=64, SPLIT_K=2, CLUSTER=False, MINB=2, TMA=True),
 }
 
 
@@ -61,7 +63,7 @@ def test_the_source_asks_for_sm90a_and_refuses_other_architectures():
 
 def test_render_names_the_math_and_uses_three_wgmmas_per_k_step():
     r = rendered(GOOD["m32"], "TN")
-    assert r.kernel_name == "gemm_skinny_wgmma_f32_tn_wg1_mb32_kc16_stages3_round32_split_k2_cluster0_minb1"
+    assert r.kernel_name == "gemm_skinny_wgmma_f32_tn_wg1_mb32_kc16_stages3_round32_split_k2_cluster0_minb1_tma0"
     assert "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 { " in r.source
     assert '"+f"(d[15])' in r.source and '"+f"(d[16])' not in r.source  # MB / 2 accumulators
     # per k-step: residual x high, high x residual, high x high (the first of a window from zero)
@@ -69,15 +71,22 @@ def test_render_names_the_math_and_uses_three_wgmmas_per_k_step():
     assert "fence.proxy.async.shared::cta" in r.source
     assert "constexpr int CHUNKS_PER_ROUND = ROUND / KC;" in r.source and "float2 r[KS][2];" in r.source
     assert "constexpr bool TRANS_A = true;" in r.source
+    assert "constexpr bool TMA = false;" in r.source
+    assert "constexpr bool TMA = true;" in rendered(GOOD["m32_tma"], "NN").source
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in r.source
 
 
 def test_derived_values():
     d = wg.derived(GOOD["m64"])
     assert (d["THREADS"], d["BN"], d["BNP"], d["KS"], d["ND"]) == (256, 128, 136, 4, 32)
-    assert d["STAGE"] == 32 * 136 + max(64 * 36, 32 * 68) and d["SPLIT"] == 32 * 64  # A's rows padded by 4
+    # B's boxes, then A's rows padded by 4, rounded up to 1024 bytes (TMA's swizzle pattern)
+    assert d["STAGE"] == 32 * 128 + max(64 * 36, 32 * 68) == 25 * 256 and d["SPLIT"] == 32 * 64
+    assert wg.derived(GOOD["m32"])["STAGE"] == 7 * 256 > 16 * 64 + max(32 * 20, 16 * 36)
     assert d["ALD"] == 36 and wg.derived(GOOD["m64"], {"TRANS_A": True})["ALD"] == 68
-    assert d["SHARED_BYTES"] == (4 * d["STAGE"] + 6 * d["SPLIT"] + 64 * 128) * 4  # and the cluster's split-K slots
-    assert wg.derived({**GOOD["m64"], "CLUSTER": False})["SHARED_BYTES"] == (4 * d["STAGE"] + 6 * d["SPLIT"]) * 4
+    ring_and_split = (4 * d["STAGE"] + 6 * d["SPLIT"]) * 4
+    # and the cluster's split-K slots, 1024 bytes to align the ring, a barrier per stage
+    assert d["SHARED_BYTES"] == ring_and_split + 64 * 128 * 4 + 1024 + 4 * 8
+    assert wg.derived({**GOOD["m64"], "CLUSTER": False})["SHARED_BYTES"] == ring_and_split + 1024 + 4 * 8
     assert d["REG_CAP"] == 255 and wg.derived(GOOD["wide"])["REG_CAP"] == 128
     assert wg.derived(GOOD["m8_deep"])["REG_CAP"] == 255 and wg.derived({**GOOD["m64"], "MINB": 2})["REG_CAP"] == 128
 
@@ -136,7 +145,7 @@ def test_params_and_the_auto_template():
 # poisons C.
 
 
-def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=lambda src: src):
+def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=lambda src: src, map_rows=None):
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++20 <barrier> and _Float16")
@@ -151,8 +160,10 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=la
     else:
         src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
-    main = f"#define KERNEL {r.kernel_name}\n{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
-    source = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\nusing T = float;\n{src}\n{main}"
+    # B's tensor map as the host makes it (BMap): boxes of 32 columns x KC rows (map_rows: a wrong map, for a test)
+    extra = f"#define KERNEL_EXTRA_ARGS , host_tensor_map(bptr, N, K, {map_rows or p['KC']})\n"
+    main = f"#define KERNEL {r.kernel_name}\n{extra}{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
+    source = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\n{TMA_PTX}\nusing T = float;\n{src}\n{main}"
     launch = wg.launch(p, wg.Problem(*shape, "float32", layout))
     return run_split_k_gemm(tmp_path, source, shape, layout, alpha, beta, launch, b_offset, reps)
 
@@ -168,6 +179,10 @@ EMULATED = [
     ("cluster2", "TN", (13, 200, 333), 1.5, 0.5, 1),  # cluster of 2 with beta, rows past M, columns past N
     ("m8_deep", "TN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices (they still meet the barriers)
     ("m64_split", "NN", (64, 128, 256), 1.0, 0.5, 0),  # whole 64 x 128 tiles, split-K 4 through global memory, beta
+    ("m32_tma", "NN", (30, 100, 300), 1.0, 0.0, 0),  # TMA: boxes past N and past K (zeros), a partial last chunk
+    ("m32_tma", "TN", (32, 64, 256), 1.0, 0.5, 0),  # TMA, TN, whole tiles
+    ("m32_tma", "NN", (32, 96, 256), 1.0, 0.0, 1),  # TMA on, B unaligned: 4-byte copies (no map is read)
+    ("m64_split", "TN", (40, 200, 240), 0.5, 0.0, 0),  # TMA with cluster-free split-K 4, edge tiles
 ]
 
 
@@ -214,3 +229,38 @@ def test_the_residual_products_make_it_fp32(tmp_path):
     args = (GOOD["m32"], "NN", (8, 64, 256), 1.0, 0.0, 0)
     assert _emulate(tmp_path, *args) < 1e-5
     assert _emulate(tmp_path, *args, patch=high_parts_only) > 1e-4
+
+
+TMA_MUTATIONS = {
+    # every wait on parity 0: from a stage's second use on, the wait passes before its boxes land
+    "stale phase": ("mbar_wait(landed + rd, ph);", "mbar_wait(landed + rd, 0u);"),
+    # reading B as if TMA did not swizzle
+    "no swizzle": ("((((c >> 2) & 7) ^ (r & 7)) << 2)", "(((c >> 2) & 7) << 2)"),
+    # B's rows in plain order while A's split keeps the interleaved one
+    "k order": (
+        "b_index(2 * t, bcol), b_hi = b_index(2 * t + 1, bcol)",
+        "b_index(t, bcol), b_hi = b_index(t + 4, bcol)",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(TMA_MUTATIONS))
+def test_the_emulation_catches_tma_mistakes(tmp_path, mutation):
+    """The TMA emulation lands a box only at the wait on its phase and swizzles as the hardware does, so a wait on
+    the wrong phase, an unswizzled read or B's rows out of A's k order each miss the tolerance."""
+    old, new = TMA_MUTATIONS[mutation]
+
+    def mutate(src):
+        assert src.count(old) == 1
+        return src.replace(old, new)
+
+    args = (GOOD["m32_tma"], "NN", (32, 64, 512), 1.0, 0.0, 0)  # 8 chunks a slice through a ring of 4
+    assert _emulate(tmp_path, *args, reps=1) < 1e-5
+    assert _emulate(tmp_path, *args, reps=1, patch=mutate) > 1e-3
+
+
+def test_the_emulation_checks_the_maps_box_against_the_expected_bytes(tmp_path):
+    """A map whose boxes are not the KC rows the kernel expects (a host bug) stops the emulation, as it would hang
+    or corrupt on a GPU."""
+    with pytest.raises(AssertionError, match="expect_tx"):
+        _emulate(tmp_path, GOOD["m32_tma"], "NN", (32, 64, 256), 1.0, 0.0, 0, reps=1, map_rows=16)

@@ -11,7 +11,8 @@ busy only 38% of the time, bound by the per-mma work (benchmarks/README.md, "ski
 
 A block is WG warpgroups side by side along N, each 64 columns of B (BN = 64 * WG); MB rows of C per block (the
 wgmma's N); KC rows of K per chunk through a cp.async ring of STAGES buffers; ROUND rows of K summed on the
-tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; grid
+tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; TMA: B's
+chunks by the tensor memory accelerator (boxes of a tensor map made per B, ``BMap``) instead of cp.async; grid
 (ceil(M / MB), ceil(N / BN), SPLIT_K); with CLUSTER the SPLIT_K blocks of a tile form a thread-block cluster and
 sum their partial tiles through distributed shared memory (else through global partials: the last block of a
 tile to arrive keeps its own in shared memory and sums the others in z order). Every
@@ -21,7 +22,7 @@ state.
 
 Example::
 
-    >>> p = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1)
+    >>> p = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1, TMA=True)
     >>> launch(p, Problem(64, 4096, 4096, "float32")).grid
     (1, 32, 4)
 """
@@ -36,8 +37,8 @@ from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for 
 from .gemm_skinny_tc import launch as row_group_launch
 from .gemm_skinny_tc import resident_reason
 
-PARAMS: tuple[str, ...] = ("WG", "MB", "KC", "STAGES", "ROUND", "SPLIT_K", "CLUSTER", "MINB")
-KINDS: tuple[tuple[str, str], ...] = (("CLUSTER", "bool"),)
+PARAMS: tuple[str, ...] = ("WG", "MB", "KC", "STAGES", "ROUND", "SPLIT_K", "CLUSTER", "MINB", "TMA")
+KINDS: tuple[tuple[str, str], ...] = (("CLUSTER", "bool"), ("TMA", "bool"))
 CLUSTER_SPLITS = (2, 4, 8)  # a portable cluster holds at most 8 blocks
 DESCRIPTION = "skinny-M fp32 GEMM on sm_90a warpgroup tensor cores, fp32-accurate (3xTF32 wgmma), split-K"
 
@@ -66,7 +67,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     threads = 128 * p["WG"]
     bn = 64 * p["WG"]
     a_raw = max(p["MB"] * (p["KC"] + 4), p["KC"] * (p["MB"] + 4))  # A as stored, rows padded by 4 (either layout)
-    stage = p["KC"] * (bn + 8) + a_raw  # B [KC][BN + 8], then A
+    stage = -(-(p["KC"] * bn + a_raw) // 256) * 256  # B's boxes, then A; whole 1024-byte blocks (TMA's swizzle)
     split = p["KC"] * p["MB"]  # A^T's high parts (or residuals) of one chunk, in core matrices
     return {
         "THREADS": threads,
@@ -77,8 +78,11 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "ALD": (p["MB"] if variant and variant.get("TRANS_A") else p["KC"]) + 4,
         "STAGE": stage,
         "SPLIT": split,
-        # the ring, 3 split buffers (high and residual), and with CLUSTER the split-K slots (a tile's floats)
-        "SHARED_BYTES": (p["STAGES"] * stage + 6 * split + (p["MB"] * bn if p["CLUSTER"] else 0)) * 4,
+        # the ring, 3 split buffers (high and residual), with CLUSTER the split-K slots (a tile's floats), up to
+        # 1024 bytes to start the ring on a 1024-byte boundary, and the ring's stage barriers (8 bytes each)
+        "SHARED_BYTES": (p["STAGES"] * stage + 6 * split + (p["MB"] * bn if p["CLUSTER"] else 0)) * 4
+        + 1024
+        + 8 * p["STAGES"],
         "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
     }
 
@@ -126,6 +130,34 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     split_k = 1 if params["CLUSTER"] else params["SPLIT_K"]
     floats, counters = split_k_scratch(split_k, problem, launch(params, problem).grid)
     return floats, 2 * counters
+
+
+class BMap:
+    """A kernel argument made per launch: the tensor map of the launch's B (K x N, row-major), boxes of 32 columns
+    x KC rows with the 128-byte swizzle the template's ``b_index`` reads. The kernel copies B by TMA only where N %
+    4 == 0 and B is 16-byte aligned, the condition under which a map is made here; else it gets zeros and copies B
+    4 bytes at a time. Maps are kept per B address (a few; a map is ~10 us of host work to make)."""
+
+    def __init__(self, params: Params, problem: Any) -> None:
+        self.n, self.k, self.kc = problem.N, problem.K, params["KC"]
+        self._maps: dict[int, Any] = {}
+
+    def bind(self, b: Any) -> Any:
+        ptr = b.data.ptr
+        m = self._maps.get(ptr)
+        if m is None:
+            import numpy as np
+
+            from ..tensormap import MAP_BYTES, tiled_2d_f32
+
+            if self.n % 4 or ptr % 16:
+                m = np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
+            else:
+                m = tiled_2d_f32(ptr, self.n, self.k, self.n * 4, (32, self.kc))
+            if len(self._maps) >= 8:
+                self._maps.clear()
+            self._maps[ptr] = m
+        return m
 
 
 def check_problem(params: Params, problem: Any) -> str | None:
