@@ -253,7 +253,7 @@ class Launcher:
             if scratch is None:
                 with self._scratch_lock:
                     scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
-        if self._gemm and len(scratch) <= 2:  # (not skinny_wgmma's, whose third is B's map, made per B)
+        if self._gemm and len(scratch) <= 2:  # (not skinny_wgmma's, whose third makes tensor maps per A and B)
             args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *scratch)
         else:
             args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)

@@ -21,7 +21,8 @@ from .errors import AutotuneError
 MAP_BYTES = 128
 # enum values of cuda.h (CUDA 12 and 13)
 FLOAT32 = 7  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte pieces of a 128-byte row permuted by row % 8
+SWIZZLE_64B = 2  # CU_TENSOR_MAP_SWIZZLE_64B: 16-byte pieces of each 64 bytes permuted by bits 7..8 of the address
+SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte pieces of each 128 bytes permuted by bits 7..9
 INTERLEAVE_NONE = 0
 L2_PROMOTION_NONE = 0
 OOB_FILL_ZERO = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements past the tensor's edges read as zeros

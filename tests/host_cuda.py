@@ -462,15 +462,18 @@ CLUSTER_MAIN = (
 # Emulation of the tensor memory accelerator and the mbarriers of templates/gemm/skinny_wgmma.cu.j2 (TMA = true):
 # a "tensor map" is the host's own struct (the real one is the driver's opaque bytes); a box lands only when a
 # thread waits on its barrier's phase (the latest the hardware may), element by element at the shared address
-# the 128-byte swizzle gives (16-byte piece p of a 128-byte row at p ^ (address bits 7..9)), zeros past the
-# tensor's edges. A wait on a phase nothing will complete (it would hang) or a byte count that disagrees with the
-# boxes aborts. Include after WGMMA_PTX; define KERNEL_EXTRA_ARGS as ", host_tensor_map(bptr, N, K, KC)".
+# the map's swizzle gives (16-byte piece p of each 128 (64) bytes at p ^ (address bits 7..9 (7..8))), zeros past
+# the tensor's edges. A wait on a phase nothing will complete (it would hang) or a byte count that disagrees with
+# the boxes aborts. Include after WGMMA_PTX; KERNEL_EXTRA_ARGS passes the maps (host_tensor_map).
 TMA_PTX = r"""
+#include <chrono>
 #include <map>
 #include <mutex>
 #define __grid_constant__
-struct TensorMap { const float* base; long long width, height, ld; int box_w, box_h; };
-inline TensorMap host_tensor_map(const void* b, int n, int k, int rows) { return {(const float*)b, n, k, n, 32, rows}; }
+struct TensorMap { const float* base; long long width, height, ld; int box_w, box_h, swizzle; };  // swizzle: bytes
+inline TensorMap host_tensor_map(const void* p, int width, int height, int box_w, int box_h, int swizzle) {
+  return {(const float*)p, width, height, width, box_w, box_h, swizzle};
+}
 struct HostMbar {
   struct Box { unsigned char* dst; TensorMap map; int x, y; };
   int phase = 0;
@@ -501,27 +504,40 @@ inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned 
       q + (size_t)map->box_w * map->box_h * 4 > host_smem_base() + host_smem_size()) {
     fprintf(stderr, "cp.async.bulk.tensor: bad shared address\n"); abort();
   }
-  if (map->box_w * 4 != 128) { fprintf(stderr, "cp.async.bulk.tensor: the 128-byte swizzle needs 128-byte box rows\n"); abort(); }
-  host_mbar(bar).boxes.push_back({(unsigned char*)dst, *map, x, y});
+  if (map->box_w * 4 != map->swizzle || (map->swizzle != 64 && map->swizzle != 128)) {
+    fprintf(stderr, "cp.async.bulk.tensor: these maps' rows are one swizzle span (64 or 128 bytes)\n"); abort();
+  }
+  HostMbar& b = host_mbar(bar);
+  b.boxes.push_back({(unsigned char*)dst, *map, x, y});
+  long long bytes = 0;
+  for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
+  if (bytes > b.expect) { fprintf(stderr, "mbarrier: expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes); abort(); }
 }
 inline void mbar_wait(unsigned long long* bar, unsigned parity) {
-  std::lock_guard<std::mutex> l(g_mbar_mu);
-  HostMbar& b = host_mbar(bar);
-  if ((int)parity != b.phase) return;  // that phase has completed
-  if (!b.armed) { fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU)\n"); abort(); }
-  long long bytes = 0;
-  for (const HostMbar::Box& box : b.boxes) {
-    const TensorMap& m = box.map;
-    for (int r = 0; r < m.box_h; ++r)
-      for (int c = 0; c < m.box_w; ++c) {
-        const long long gx = (long long)box.x + c, gy = (long long)box.y + r;
-        const float v = gx >= 0 && gy >= 0 && gx < m.width && gy < m.height ? m.base[gy * m.ld + gx] : 0.0f;
-        const size_t addr = (size_t)(box.dst - host_smem_base()) + (size_t)r * 128 + (size_t)c * 4;
-        std::memcpy(host_smem_base() + (addr ^ (((addr >> 7) & 7) << 4)), &v, 4);
-      }
-    bytes += (long long)m.box_w * m.box_h * 4;
+  // Spins like try_wait (thread 0 may not have issued the boxes yet); 20 s without them is a hang on a GPU.
+  for (auto start = std::chrono::steady_clock::now();; std::this_thread::yield()) {
+    std::lock_guard<std::mutex> l(g_mbar_mu);
+    HostMbar& b = host_mbar(bar);
+    if ((int)parity != b.phase) return;  // that phase has completed
+    long long bytes = 0;
+    for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
+    if (!b.armed || bytes != b.expect) {
+      if (std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) continue;
+      fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU): expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes);
+      abort();
+    }
+    for (const HostMbar::Box& box : b.boxes) {
+      const TensorMap& m = box.map;
+      for (int r = 0; r < m.box_h; ++r)
+        for (int c = 0; c < m.box_w; ++c) {
+          const long long gx = (long long)box.x + c, gy = (long long)box.y + r;
+          const float v = gx >= 0 && gy >= 0 && gx < m.width && gy < m.height ? m.base[gy * m.ld + gx] : 0.0f;
+          const size_t addr = (size_t)(box.dst - host_smem_base()) + ((size_t)r * m.box_w + c) * 4;
+          std::memcpy(host_smem_base() + (addr ^ (((addr >> 7) & (m.swizzle / 16 - 1)) << 4)), &v, 4);
+        }
+    }
+    b.boxes.clear(); b.expect = 0; b.armed = false; b.phase ^= 1;
+    return;
   }
-  if (bytes != b.expect) { fprintf(stderr, "mbarrier: expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes); abort(); }
-  b.boxes.clear(); b.expect = 0; b.armed = false; b.phase ^= 1;
 }
 """

@@ -84,9 +84,9 @@ def test_derived_values():
     assert wg.derived(GOOD["m32"])["STAGE"] == 7 * 256 > 16 * 64 + max(32 * 20, 16 * 36)
     assert d["ALD"] == 36 and wg.derived(GOOD["m64"], {"TRANS_A": True})["ALD"] == 68
     ring_and_split = (4 * d["STAGE"] + 6 * d["SPLIT"]) * 4
-    # and the cluster's split-K slots, 1024 bytes to align the ring, a barrier per stage
-    assert d["SHARED_BYTES"] == ring_and_split + 64 * 128 * 4 + 1024 + 4 * 8
-    assert wg.derived({**GOOD["m64"], "CLUSTER": False})["SHARED_BYTES"] == ring_and_split + 1024 + 4 * 8
+    # and the cluster's split-K slots, 1024 bytes to align the ring, two barriers per stage (B's boxes, A's)
+    assert d["SHARED_BYTES"] == ring_and_split + 64 * 128 * 4 + 1024 + 4 * 16
+    assert wg.derived({**GOOD["m64"], "CLUSTER": False})["SHARED_BYTES"] == ring_and_split + 1024 + 4 * 16
     assert d["REG_CAP"] == 255 and wg.derived(GOOD["wide"])["REG_CAP"] == 128
     assert wg.derived(GOOD["m8_deep"])["REG_CAP"] == 255 and wg.derived({**GOOD["m64"], "MINB": 2})["REG_CAP"] == 128
 
@@ -160,8 +160,12 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=la
     else:
         src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
-    # B's tensor map as the host makes it (BMap): boxes of 32 columns x KC rows (map_rows: a wrong map, for a test)
-    extra = f"#define KERNEL_EXTRA_ARGS , host_tensor_map(bptr, N, K, {map_rows or p['KC']})\n"
+    # A's and B's tensor maps as the host makes them (TensorMaps; A's read only for NN): B in boxes of 32 columns x
+    # KC rows, A in boxes of KC columns x MB rows (map_rows: B's boxes of another height, a wrong map for a test)
+    kc, mb = p["KC"], p["MB"]
+    amap = f"host_tensor_map(a.data(), K, M, {kc}, {mb}, {4 * kc})"
+    bmap = f"host_tensor_map(bptr, N, K, 32, {map_rows or kc}, 128)"
+    extra = f"#define KERNEL_EXTRA_ARGS , {amap}, {bmap}\n"
     main = f"#define KERNEL {r.kernel_name}\n{extra}{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
     source = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\n{TMA_PTX}\nusing T = float;\n{src}\n{main}"
     launch = wg.launch(p, wg.Problem(*shape, "float32", layout))
@@ -236,6 +240,10 @@ TMA_MUTATIONS = {
     "stale phase": ("mbar_wait(landed + rd, ph);", "mbar_wait(landed + rd, 0u);"),
     # reading B as if TMA did not swizzle
     "no swizzle": ("((((c >> 2) & 7) ^ (r & 7)) << 2)", "(((c >> 2) & 7) << 2)"),
+    # A read as if TMA did not swizzle
+    "A unswizzled": ("return (o ^ (((o >> 7) & (KC == 32 ? 7 : 3)) << 4)) >> 2;", "return o >> 2;"),
+    # split A (chunk s + 1) without waiting for its box
+    "A not waited": ("if (s + 1 < nsteps) mbar_wait(landed_a", "if (false) mbar_wait(landed_a"),
     # B's rows in plain order while A's split keeps the interleaved one
     "k order": (
         "b_index(2 * t, bcol), b_hi = b_index(2 * t + 1, bcol)",
@@ -247,7 +255,8 @@ TMA_MUTATIONS = {
 @pytest.mark.parametrize("mutation", sorted(TMA_MUTATIONS))
 def test_the_emulation_catches_tma_mistakes(tmp_path, mutation):
     """The TMA emulation lands a box only at the wait on its phase and swizzles as the hardware does, so a wait on
-    the wrong phase, an unswizzled read or B's rows out of A's k order each miss the tolerance."""
+    the wrong phase, an unswizzled read of A or B, B's rows out of A's k order, or A split without its wait each
+    miss the tolerance or stop the emulation."""
     old, new = TMA_MUTATIONS[mutation]
 
     def mutate(src):
@@ -256,11 +265,16 @@ def test_the_emulation_catches_tma_mistakes(tmp_path, mutation):
 
     args = (GOOD["m32_tma"], "NN", (32, 64, 512), 1.0, 0.0, 0)  # 8 chunks a slice through a ring of 4
     assert _emulate(tmp_path, *args, reps=1) < 1e-5
-    assert _emulate(tmp_path, *args, reps=1, patch=mutate) > 1e-3
+    try:
+        err = _emulate(tmp_path, *args, reps=1, patch=mutate)
+    except AssertionError as stopped:  # the emulation refused it (a box never waited for is never landed)
+        assert "mbarrier" in str(stopped)
+    else:
+        assert err > 1e-3
 
 
 def test_the_emulation_checks_the_maps_box_against_the_expected_bytes(tmp_path):
-    """A map whose boxes are not the KC rows the kernel expects (a host bug) stops the emulation, as it would hang
-    or corrupt on a GPU."""
-    with pytest.raises(AssertionError, match="expect_tx"):
-        _emulate(tmp_path, GOOD["m32_tma"], "NN", (32, 64, 256), 1.0, 0.0, 0, reps=1, map_rows=16)
+    """A map whose boxes are taller than the KC rows the kernel expects (a host bug) stops the emulation, as it
+    would corrupt shared memory or hang on a GPU."""
+    with pytest.raises(AssertionError, match="expect_tx of 8192 bytes, boxes of 16384"):
+        _emulate(tmp_path, GOOD["m32_tma"], "NN", (32, 64, 256), 1.0, 0.0, 0, reps=1, map_rows=64)

@@ -1,4 +1,4 @@
-"""B's tensor map for skinny_wgmma without a GPU: when a map is made, when zeros stand in for it, and the errors."""
+"""A's and B's tensor maps for skinny_wgmma without a GPU: when a map is made, when zeros stand in, the errors."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def operand(ptr):
     return SimpleNamespace(data=SimpleNamespace(ptr=ptr))
 
 
-def test_a_map_is_made_only_where_the_kernel_reads_it(monkeypatch):
+def test_maps_are_made_only_where_the_kernel_reads_them(monkeypatch):
     calls = []
 
     def fake(ptr, width, height, row_bytes, box, swizzle=tensormap.SWIZZLE_128B):
@@ -27,28 +27,40 @@ def test_a_map_is_made_only_where_the_kernel_reads_it(monkeypatch):
         return np.full(1, b"\x01" * 128, dtype=np.dtype((np.void, 128)))
 
     monkeypatch.setattr(tensormap, "tiled_2d_f32", fake)
-    m = wg.BMap(P, GEMM.problem([64, 4096, 1000], "float32", "NN"))
-    got = m.bind(operand(0x10000))
-    assert got.shape == (1,) and got.dtype.itemsize == 128 and bytes(got[0]) == b"\x01" * 128
-    assert calls == [(0x10000, 4096, 1000, 4096 * 4, (32, 32), tensormap.SWIZZLE_128B)]
-    assert m.bind(operand(0x10000)) is got and len(calls) == 1  # kept per address
-    # B not 16-byte aligned, or N % 4 != 0: the kernel copies B 4 bytes at a time and never reads the map
-    assert bytes(m.bind(operand(0x10004))[0]) == bytes(128) and len(calls) == 1
-    odd = wg.BMap(P, GEMM.problem([64, 4097, 1000], "float32", "NN"))
-    assert bytes(odd.bind(operand(0x10000))[0]) == bytes(128) and len(calls) == 1
+    maps = wg.TensorMaps(P, GEMM.problem([64, 4096, 1000], "float32", "NN"))
+    a, b = maps.bind(operand(0x20000), operand(0x10000))
+    assert b.shape == (1,) and b.dtype.itemsize == 128 and bytes(b[0]) == b"\x01" * 128
+    assert calls == [
+        (0x20000, 1000, 64, 1000 * 4, (32, 64), tensormap.SWIZZLE_128B),  # A: K x M, boxes of KC x MB
+        (0x10000, 4096, 1000, 4096 * 4, (32, 32), tensormap.SWIZZLE_128B),  # B: N x K, boxes of 32 x KC
+    ]
+    assert maps.bind(operand(0x20000), operand(0x10000))[1] is b and len(calls) == 2  # kept per address
+    # an operand not 16-byte aligned: the kernel copies it by cp.async and never reads its map
+    a, b = maps.bind(operand(0x20004), operand(0x10004))
+    assert bytes(a[0]) == bytes(b[0]) == bytes(128) and len(calls) == 2
+    # N % 4 != 0 (B), K % 4 != 0 (A), or layout TN (A): no map
+    odd = wg.TensorMaps(P, GEMM.problem([64, 4097, 1001], "float32", "NN"))
+    assert all(bytes(m[0]) == bytes(128) for m in odd.bind(operand(0x20000), operand(0x10000)))
+    tn = wg.TensorMaps({**P, "KC": 16}, GEMM.problem([64, 4096, 1000], "float32", "TN"))
+    a, b = tn.bind(operand(0x20000), operand(0x10000))
+    assert bytes(a[0]) == bytes(128) and calls[-1] == (0x10000, 4096, 1000, 4096 * 4, (32, 16), 3)
+    nn16 = wg.TensorMaps({**P, "KC": 16}, GEMM.problem([64, 4096, 1000], "float32", "NN"))
+    nn16.bind(operand(0x20000), operand(0x10000))
+    assert calls[-2] == (0x20000, 1000, 64, 4000, (16, 64), tensormap.SWIZZLE_64B)  # 64-byte rows of A
 
 
-def test_kernel_args_bind_the_map_to_this_launchs_b(monkeypatch):
+def test_kernel_args_bind_the_maps_to_this_launchs_operands(monkeypatch):
     def fake(ptr, *args, **kwargs):  # a map that names its address
         return np.full(1, ptr.to_bytes(8, "little") * 16, "V128")
 
     monkeypatch.setattr(tensormap, "tiled_2d_f32", fake)
     problem = GEMM.problem([64, 4096, 4096], "float32", "NN")
-    scratch = ("partial", "counters", wg.BMap(P, problem))
+    scratch = ("partial", "counters", wg.TensorMaps(P, problem))
     for ptr in (0x20000, 0x30000):
-        args = GEMM.kernel_args(problem, ("a", operand(ptr)), "c", 1.0, 0.0, scratch)
-        assert len(args) == 11 and args[8:10] == ("partial", "counters")
-        assert bytes(args[10][0])[:8] == ptr.to_bytes(8, "little")
+        args = GEMM.kernel_args(problem, (operand(ptr + 0x100), operand(ptr)), "c", 1.0, 0.0, scratch)
+        assert len(args) == 12 and args[8:10] == ("partial", "counters")
+        assert bytes(args[10][0])[:8] == (ptr + 0x100).to_bytes(8, "little")
+        assert bytes(args[11][0])[:8] == ptr.to_bytes(8, "little")
 
 
 def test_errors_name_what_is_wrong(monkeypatch):

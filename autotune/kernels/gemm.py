@@ -316,8 +316,8 @@ class GemmFamily:
             return ()
         floats, counters = need
         split_k = cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
-        if self.resolve(template, params) == "skinny_wgmma":  # and B's tensor map, made per launch's B
-            return (*split_k, gemm_skinny_wgmma.BMap(params, problem))
+        if self.resolve(template, params) == "skinny_wgmma":  # and A's and B's tensor maps, made per operand
+            return (*split_k, gemm_skinny_wgmma.TensorMaps(params, problem))
         if self.resolve(template, params) != "mma":
             return split_k
         packs = [
@@ -345,13 +345,13 @@ class GemmFamily:
     ) -> tuple[Any, ...]:  # fmt: skip
         """(A, B, C, M, N, K, alpha, beta, *scratch). Scratch beyond the two split-K buffers is mma's packed
         operands (see ``new_scratch``): the kernel reads those in place of the misaligned A and/or B; or
-        skinny_wgmma's B map, which becomes the map of this B."""
+        skinny_wgmma's tensor maps, which become the maps of this A and B."""
         import numpy as np
 
         a, b = inputs
         m, n, k = np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)
-        if len(scratch) == 3 and isinstance(scratch[2], gemm_skinny_wgmma.BMap):
-            return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta), *scratch[:2], scratch[2].bind(b))
+        if len(scratch) == 3 and isinstance(scratch[2], gemm_skinny_wgmma.TensorMaps):
+            return (a, b, out, m, n, k, np.float32(alpha), np.float32(beta), *scratch[:2], *scratch[2].bind(a, b))
         if len(scratch) > 2:
             packs = dict(zip((name for name, _, _ in gemm_mma.packed(problem)), scratch[2:], strict=True))
             a, b, scratch = packs.get("A", a), packs.get("B", b), scratch[:2]

@@ -12,7 +12,8 @@ busy only 38% of the time, bound by the per-mma work (benchmarks/README.md, "ski
 A block is WG warpgroups side by side along N, each 64 columns of B (BN = 64 * WG); MB rows of C per block (the
 wgmma's N); KC rows of K per chunk through a cp.async ring of STAGES buffers; ROUND rows of K summed on the
 tensor cores before each rounded fp32 add; one chunk's wgmmas in flight behind the current one's work; TMA: B's
-chunks by the tensor memory accelerator (boxes of a tensor map made per B, ``BMap``) instead of cp.async; grid
+(and NN's A's) chunks by the tensor memory accelerator (boxes of tensor maps made per operand, ``TensorMaps``)
+instead of cp.async; grid
 (ceil(M / MB), ceil(N / BN), SPLIT_K); with CLUSTER the SPLIT_K blocks of a tile form a thread-block cluster and
 sum their partial tiles through distributed shared memory (else through global partials: the last block of a
 tile to arrive keeps its own in shared memory and sums the others in z order). Every
@@ -79,10 +80,10 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "STAGE": stage,
         "SPLIT": split,
         # the ring, 3 split buffers (high and residual), with CLUSTER the split-K slots (a tile's floats), up to
-        # 1024 bytes to start the ring on a 1024-byte boundary, and the ring's stage barriers (8 bytes each)
+        # 1024 bytes to start the ring on a 1024-byte boundary, and the stage barriers (B's and A's, 8 bytes each)
         "SHARED_BYTES": (p["STAGES"] * stage + 6 * split + (p["MB"] * bn if p["CLUSTER"] else 0)) * 4
         + 1024
-        + 8 * p["STAGES"],
+        + 16 * p["STAGES"],
         "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
     }
 
@@ -132,31 +133,42 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     return floats, 2 * counters
 
 
-class BMap:
-    """A kernel argument made per launch: the tensor map of the launch's B (K x N, row-major), boxes of 32 columns
-    x KC rows with the 128-byte swizzle the template's ``b_index`` reads. The kernel copies B by TMA only where N %
-    4 == 0 and B is 16-byte aligned, the condition under which a map is made here; else it gets zeros and copies B
-    4 bytes at a time. Maps are kept per B address (a few; a map is ~10 us of host work to make)."""
+class TensorMaps:
+    """Kernel arguments made per launch: the tensor maps of the launch's A and B, whose boxes are what the
+    template's ``a_index`` and ``b_index`` read. B (K x N, row-major): boxes of 32 columns x KC rows, 128-byte
+    swizzle. A (layout NN only, M x K): one box of KC columns x MB rows a chunk, 128-byte swizzle for KC = 32 and
+    64-byte for KC = 16. The kernel copies by TMA only where N % 4 == 0 (for A: K % 4 == 0) and the operand is
+    16-byte aligned, the conditions under which a map is made here (else 128 zero bytes stand in for it, never
+    read). Maps are kept per operand address (a few of each: making one is host work on every new address)."""
 
     def __init__(self, params: Params, problem: Any) -> None:
-        self.n, self.k, self.kc = problem.N, problem.K, params["KC"]
-        self._maps: dict[int, Any] = {}
+        self.m, self.n, self.k = problem.M, problem.N, problem.K
+        self.kc, self.mb = params["KC"], params["MB"]
+        self.nn = problem.layout[0] == "N"
+        self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
 
-    def bind(self, b: Any) -> Any:
-        ptr = b.data.ptr
-        m = self._maps.get(ptr)
+    def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
+        """(A's map, B's map) for these operands."""
+        return self._map(0, a.data.ptr), self._map(1, b.data.ptr)
+
+    def _map(self, which: int, ptr: int) -> Any:
+        cache = self._maps[which]
+        m = cache.get(ptr)
         if m is None:
             import numpy as np
 
-            from ..tensormap import MAP_BYTES, tiled_2d_f32
+            from ..tensormap import MAP_BYTES, SWIZZLE_64B, SWIZZLE_128B, tiled_2d_f32
 
-            if self.n % 4 or ptr % 16:
-                m = np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
+            if which == 1 and self.n % 4 == 0 and ptr % 16 == 0:
+                m = tiled_2d_f32(ptr, self.n, self.k, self.n * 4, (32, self.kc), SWIZZLE_128B)
+            elif which == 0 and self.nn and self.k % 4 == 0 and ptr % 16 == 0:
+                swizzle = SWIZZLE_128B if self.kc == 32 else SWIZZLE_64B
+                m = tiled_2d_f32(ptr, self.k, self.m, self.k * 4, (self.kc, self.mb), swizzle)
             else:
-                m = tiled_2d_f32(ptr, self.n, self.k, self.n * 4, (32, self.kc))
-            if len(self._maps) >= 8:
-                self._maps.clear()
-            self._maps[ptr] = m
+                m = np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
+            if len(cache) >= 8:
+                cache.clear()
+            cache[ptr] = m
         return m
 
 
