@@ -9,8 +9,8 @@ Variants (diagnostic only: a cut kernel computes wrong numbers, so only "full" i
   no_mma       no wgmma at all (copies, splits, fragment loads, barriers and the epilogue stay)
   no_split_a   A's split into the high/residual buffers removed
   no_b_frag    the B^T fragments made from constants instead of shared loads
-  no_b_copy    B's cp.async copies removed (nothing read from device memory for B)
-  no_a_copy    A's cp.async copies removed
+  no_b_copy    B's copies removed (TMA boxes with their waits, or cp.async): nothing read from memory for B
+  no_a_copy    A's copies removed (the same)
   no_barrier   the chunk's __syncthreads removed
   no_partial_store  the partial tiles of the blocks that are not last left unstored (they still count)
   no_sum       the last block's sum over the partial tiles removed (its wait for the others' stores stays)
@@ -32,7 +32,7 @@ from ablation import ablate
 from autotune.kernels import FAMILIES
 
 GEMM = FAMILIES["gemm"]
-BASE = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=False, MINB=1)
+BASE = dict(WG=2, MB=64, KC=32, STAGES=5, ROUND=256, SPLIT_K=4, CLUSTER=False, MINB=1, TMA=True)  # the 08:01 winner
 
 SMALL = (
     "if (first) wgmma_tf32_zero(d, fl[F][0], a_desc(hi, 0));",
@@ -42,10 +42,22 @@ SMALL = (
 )
 HIGH = "wgmma_tf32(d, fh[F][j], a_desc(hi, j));"
 ONE = "if (j == 0 && first) wgmma_tf32_zero(d, fh[F][j], a_desc(hi, j)); else wgmma_tf32(d, fh[F][j], a_desc(hi, j));"
-SPLIT_A = "if (s + 1 < nsteps) split_a(rd + 1 == STAGES ? 0 : rd + 1, sb == 2 ? 0 : sb + 1);"
-R0 = "r[j][0] = *reinterpret_cast<const float2*>(bs + (8 * j + t) * BNP);"
-R1 = "r[j][1] = *reinterpret_cast<const float2*>(bs + (8 * j + t + 4) * BNP);"
-B_COPY = "cp_async16(bs + (b_r0 + B_ROWS * p) * BNP + b_c4, ok ? src + (size_t)B_ROWS * p * N : B, ok);"
+SPLIT_A = "if (s + 1 < nsteps) split_a(rd + 1 == STAGES ? 0 : rd + 1, sb == 2 ? 0 : sb + 1, vec);"
+R0 = "r[j][0] = *reinterpret_cast<const float2*>(bs + b_lo + 256 * j);"
+R1 = "r[j][1] = *reinterpret_cast<const float2*>(bs + b_hi + 256 * j);"
+# B's and A's copies (TMA=true, layout NN): the boxes, their byte counts and the waits on them go together (a wait
+# on a box never issued would hang); with TMA=false the 16-byte cp.async copies
+B_TMA = [
+    ("mbar_expect_tx(landed + buf, KC * BN * 4);", ""),
+    ("tma_load_2d(bs + q * (KC * 32), &bmap, n0 + 32 * q, k0, landed + buf);", "(void)q;"),
+    ("if constexpr (BOXES_B) mbar_wait(landed + rd, ph);", ""),
+]
+A_TMA = [
+    ("mbar_expect_tx(landed_a + buf, MB * KC * 4);", ""),
+    ("tma_load_2d(as, &amap, k0, m0, landed_a + buf);", ""),
+    ("mbar_wait(landed_a", "(void)(landed_a"),
+]
+B_COPY = "cp_async16(bs + b_index(b_r0 + B_ROWS * p, b_c4), ok ? src + (size_t)B_ROWS * p * N : B, ok);"
 A_COPY = "cp_async16(as + r * ALD + av_c, ok ? src : A, ok);"
 BARRIER = "__syncthreads();      // chunk s is split"
 ISSUE = "    issue(s + STAGES - 1, wr, vec);\n"
@@ -57,21 +69,21 @@ PARTIAL = (
 )
 SUM = "for (int base = tid; base < rows * Q; base += RED * THREADS) {"
 NO_MMA = [(t, "") for t in (*SMALL, HIGH)]
-NO_COPY = [(B_COPY, "(void)ok;"), (A_COPY, "(void)src;")]
+NO_COPY = [[(B_COPY, "(void)ok;"), *B_TMA], [(A_COPY, "(void)src;"), *A_TMA]]
 CUTS = {
     "full": [],
     "one_mma": [*((t, "") for t in SMALL), (HIGH, ONE)],
     "no_mma": NO_MMA,
     "no_split_a": [(SPLIT_A, "")],
     "no_b_frag": [(R0, "r[j][0] = make_float2(1.0f, 2.0f);"), (R1, "r[j][1] = r[j][0];")],
-    "no_b_copy": [NO_COPY[0]],
-    "no_a_copy": [NO_COPY[1]],
+    "no_b_copy": NO_COPY[0],
+    "no_a_copy": NO_COPY[1],
     "no_barrier": [(BARRIER, "//")],
     "issue_late": [(ISSUE, ""), (COMMIT, LATE)],
     "no_partial_store": [(PARTIAL, "(void)p;")],
     "no_sum": [(SUM, "for (int base = tid; false; base += RED * THREADS) {")],
     "no_epilogue": [(ARRIVE, "    if (acc[0] != 1234.5f) return;  // (keeps acc live)\n" + ARRIVE)],
-    "skeleton": NO_MMA + NO_COPY,
+    "skeleton": NO_MMA + NO_COPY[0] + NO_COPY[1],
 }
 
 
@@ -79,7 +91,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="64x4096x4096")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: WG 2, MB 64, KC 32, split-K 4)")
+    ap.add_argument("configs", nargs="*", help="JSON parameter objects (default: the stored M = 64 winner of 08:01)")
     args = ap.parse_args()
     problem = GEMM.problem(args.shape, "float32", "NN")
     inputs = GEMM.make_inputs(problem, seed=3)

@@ -27,7 +27,7 @@ from autotune.space import Config
 from autotune.verify import tolerance_for
 
 GEMM = FAMILIES["gemm"]
-BASE = dict(WG=2, MB=64, KC=32, STAGES=6, ROUND=256, SPLIT_K=4, CLUSTER=False, MINB=1)  # the stored M = 64 winner
+BASE = dict(WG=2, MB=64, KC=32, STAGES=5, ROUND=256, SPLIT_K=4, CLUSTER=False, MINB=1, TMA=True)  # M = 64 winner, 08:01
 SLOTS = 8
 STAMP = (
     "__device__ unsigned long long g_stamps[4096 * 8];\n"
