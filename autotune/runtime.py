@@ -253,8 +253,11 @@ class Launcher:
             if scratch is None:
                 with self._scratch_lock:
                     scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
-        if self._gemm and len(scratch) <= 2:  # (not skinny_wgmma's, whose third makes tensor maps per A and B)
+        if self._gemm and len(scratch) <= 2:
             args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *scratch)
+        elif self._gemm and len(scratch) == 3:  # skinny_wgmma: split-K buffers, then the operands' tensor maps
+            dims, f32 = self._dims, self._f32
+            args = (a, b, out, *dims, f32(alpha), f32(beta), scratch[0], scratch[1], *scratch[2].bind(a, b))
         else:
             args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
         self._fn(self._grid, self._block, args, shared_mem=self._shared)

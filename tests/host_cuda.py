@@ -467,6 +467,7 @@ CLUSTER_MAIN = (
 # the boxes aborts. Include after WGMMA_PTX; KERNEL_EXTRA_ARGS passes the maps (host_tensor_map).
 TMA_PTX = r"""
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #define __grid_constant__
@@ -482,6 +483,7 @@ struct HostMbar {
   std::vector<Box> boxes;
 };
 std::mutex g_mbar_mu;
+std::condition_variable g_mbar_cv;  // notified whenever a barrier is armed or gets a box
 std::map<const void*, HostMbar> g_mbars;
 inline HostMbar& host_mbar(const void* bar) {
   auto it = g_mbars.find(bar);
@@ -496,6 +498,7 @@ inline void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
   if (b.armed) { fprintf(stderr, "mbarrier: a second arrival in one phase (count 1)\n"); abort(); }
   b.armed = true;
   b.expect += bytes;
+  g_mbar_cv.notify_all();
 }
 inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned long long* bar) {
   std::lock_guard<std::mutex> l(g_mbar_mu);
@@ -512,32 +515,37 @@ inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned 
   long long bytes = 0;
   for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
   if (bytes > b.expect) { fprintf(stderr, "mbarrier: expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes); abort(); }
+  g_mbar_cv.notify_all();
 }
 inline void mbar_wait(unsigned long long* bar, unsigned parity) {
-  // Spins like try_wait (thread 0 may not have issued the boxes yet); 20 s without them is a hang on a GPU.
-  for (auto start = std::chrono::steady_clock::now();; std::this_thread::yield()) {
-    std::lock_guard<std::mutex> l(g_mbar_mu);
-    HostMbar& b = host_mbar(bar);
-    if ((int)parity != b.phase) return;  // that phase has completed
+  // Blocks like try_wait's loop until thread 0 has issued the phase's boxes; 20 s without them is a hang on a GPU.
+  std::unique_lock<std::mutex> l(g_mbar_mu);
+  auto box_bytes = [](const HostMbar& b) {
     long long bytes = 0;
     for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
-    if (!b.armed || bytes != b.expect) {
-      if (std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) continue;
-      fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU): expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes);
-      abort();
-    }
-    for (const HostMbar::Box& box : b.boxes) {
-      const TensorMap& m = box.map;
-      for (int r = 0; r < m.box_h; ++r)
-        for (int c = 0; c < m.box_w; ++c) {
-          const long long gx = (long long)box.x + c, gy = (long long)box.y + r;
-          const float v = gx >= 0 && gy >= 0 && gx < m.width && gy < m.height ? m.base[gy * m.ld + gx] : 0.0f;
-          const size_t addr = (size_t)(box.dst - host_smem_base()) + ((size_t)r * m.box_w + c) * 4;
-          std::memcpy(host_smem_base() + (addr ^ (((addr >> 7) & (m.swizzle / 16 - 1)) << 4)), &v, 4);
-        }
-    }
-    b.boxes.clear(); b.expect = 0; b.armed = false; b.phase ^= 1;
-    return;
+    return bytes;
+  };
+  auto ready = [&] {
+    const HostMbar& b = host_mbar(bar);
+    return (int)parity != b.phase || (b.armed && box_bytes(b) == b.expect);
+  };
+  if (!g_mbar_cv.wait_for(l, std::chrono::seconds(20), ready)) {
+    const HostMbar& b = host_mbar(bar);
+    fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU): expect_tx of %lld bytes, boxes of %lld\n", b.expect, box_bytes(b));
+    abort();
   }
+  HostMbar& b = host_mbar(bar);
+  if ((int)parity != b.phase) return;  // that phase has completed
+  for (const HostMbar::Box& box : b.boxes) {
+    const TensorMap& m = box.map;
+    for (int r = 0; r < m.box_h; ++r)
+      for (int c = 0; c < m.box_w; ++c) {
+        const long long gx = (long long)box.x + c, gy = (long long)box.y + r;
+        const float v = gx >= 0 && gy >= 0 && gx < m.width && gy < m.height ? m.base[gy * m.ld + gx] : 0.0f;
+        const size_t addr = (size_t)(box.dst - host_smem_base()) + ((size_t)r * m.box_w + c) * 4;
+        std::memcpy(host_smem_base() + (addr ^ (((addr >> 7) & (m.swizzle / 16 - 1)) << 4)), &v, 4);
+      }
+  }
+  b.boxes.clear(); b.expect = 0; b.armed = false; b.phase ^= 1;
 }
 """

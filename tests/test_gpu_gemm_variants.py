@@ -452,3 +452,8 @@ def test_runtime_serves_the_stored_3xtf32_winners(tmp_path, monkeypatch, templat
         for _ in range(2):
             out = autotune.gemm(a, b, out=c.copy(), alpha=1.5, beta=-0.5)
             assert _rel(out, ref) < tolerance_for("float32"), shape
+        # other operands (other addresses): skinny_wgmma's launcher makes the tensor maps of each call's A and B
+        a2, b2 = rng.standard_normal((m, k), dtype=cp.float32), rng.standard_normal((k, n), dtype=cp.float32)
+        ref2 = a2.astype(cp.float64) @ b2.astype(cp.float64)
+        assert _rel(autotune.gemm(a2, b2), ref2) < tolerance_for("float32"), shape
+        assert _rel(autotune.gemm(a, b), a.astype(cp.float64) @ b.astype(cp.float64)) < tolerance_for("float32"), shape

@@ -320,3 +320,32 @@ def test_an_entry_missing_a_parameter_its_checks_never_read_does_not_fit():
     assert fits_installed("gemm", "skinny_wgmma", {**before, "TMA": True})
     entry = {"template": "skinny_wgmma", "params": before, "source_hash": "0123456789abcdef"}
     assert not installed_renders("gemm", entry, problem("64x4096x4096"))
+
+
+def test_a_tma_kernel_gets_the_maps_of_each_calls_operands(monkeypatch):
+    """skinny_wgmma's launcher passes, after the split-K buffers, the tensor maps of the A and B of this call."""
+    from types import SimpleNamespace
+
+    from autotune.kernels.base import Launch
+    from autotune.kernels.gemm_skinny_wgmma import TensorMaps
+
+    params = dict(WG=2, MB=64, KC=32, STAGES=5, ROUND=256, SPLIT_K=4, CLUSTER=False, MINB=1, TMA=True)
+    launched, bound = [], []
+
+    class Maps(TensorMaps):
+        def bind(self, a, b):
+            bound.append((a, b))
+            return f"map of {a.data.ptr}", f"map of {b.data.ptr}"
+
+    prob = problem("64x4096x4096")
+    scratch = ("partial", "counters", Maps(params, prob))
+    choice = runtime.Choice("skinny_wgmma", params, "exact", "test")
+    launcher = runtime.Launcher("gemm", prob, choice, lambda g, b, args, shared_mem: launched.append(args),
+                                Launch((1, 32, 4), (256, 1, 1), 0), "k", lambda: scratch)  # fmt: skip
+    monkeypatch.setattr(runtime, "_stream_key", lambda: "s")
+    for ptr in (16, 32):
+        a, b = SimpleNamespace(data=SimpleNamespace(ptr=ptr + 1)), SimpleNamespace(data=SimpleNamespace(ptr=ptr))
+        launcher(a, b, "c")
+        assert launched[-1][:3] == (a, b, "c") and len(launched[-1]) == 12
+        assert launched[-1][8:] == ("partial", "counters", f"map of {ptr + 1}", f"map of {ptr}")
+    assert len(bound) == 2
