@@ -45,9 +45,11 @@ def _encode() -> Any:
     return fn
 
 
-def tiled_2d_f32(ptr: int, width: int, height: int, row_bytes: int, box: tuple[int, int], swizzle: int = SWIZZLE_128B):
+def tiled_2d_f32(ptr: int, width: int, height: int, row_bytes: int, box: tuple[int, int], swizzle: int = SWIZZLE_128B,
+                 l2_promotion: int = L2_PROMOTION_NONE):  # fmt: skip
     """The map of a row-major float32 matrix at device address ``ptr`` (``height`` rows of ``width`` floats,
-    ``row_bytes`` apart), copied in boxes of ``box`` = (columns, rows); as a one-element array of 128 bytes."""
+    ``row_bytes`` apart), copied in boxes of ``box`` = (columns, rows); as a one-element array of 128 bytes.
+    ``l2_promotion``: cuda.h's CU_TENSOR_MAP_L2_PROMOTION_* (0 none, 1-3 64, 128, 256 bytes)."""
     import numpy as np
 
     if ptr % 16 or row_bytes % 16:
@@ -58,7 +60,7 @@ def tiled_2d_f32(ptr: int, width: int, height: int, row_bytes: int, box: tuple[i
     boxdim = (ctypes.c_uint32 * 2)(*box)
     elem = (ctypes.c_uint32 * 2)(1, 1)
     rc = _encode()(out.ctypes.data, FLOAT32, 2, ptr, dims, strides, boxdim, elem, INTERLEAVE_NONE, swizzle,
-                   L2_PROMOTION_NONE, OOB_FILL_ZERO)  # fmt: skip
+                   l2_promotion, OOB_FILL_ZERO)  # fmt: skip
     if rc != 0:
         raise TensorMapError(
             f"cuTensorMapEncodeTiled refused a {height} x {width} float32 map with {box[0]} x {box[1]} boxes "

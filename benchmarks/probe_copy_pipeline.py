@@ -28,9 +28,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from raw_kernels import build, time_if_right  # noqa: E402
+
 from autotune.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
-from autotune.compiler import compile_source  # noqa: E402
 from autotune.device import current_gpu  # noqa: E402
+from autotune.tensormap import tiled_2d_f32  # noqa: E402
 
 PLAN = TimingPlan(warmup=3, min_repeats=40, max_repeats=200, target_ms=30.0)
 
@@ -162,35 +164,6 @@ extern "C" __global__ void __launch_bounds__(256) read_all(const float4* __restr
 """
 
 
-def tensor_map_2d(b, n: int, k: int, boxw: int, rows: int, swizzle: int, promotion: int) -> bytes:
-    """The 128-byte CUtensorMap of row-major float32 B (k x n), boxes of boxw columns x rows rows, from the
-    driver's cuTensorMapEncodeTiled (enum values from cuda.h: FLOAT32 = 7, SWIZZLE_128B = 3, L2_256B = 3)."""
-    import ctypes
-
-    cuda = ctypes.CDLL("libcuda.so.1")
-    out = (ctypes.c_uint64 * 16)()
-    dims = (ctypes.c_uint64 * 2)(n, k)
-    strides = (ctypes.c_uint64 * 1)(n * 4)
-    box = (ctypes.c_uint32 * 2)(boxw, rows)
-    elem = (ctypes.c_uint32 * 2)(1, 1)
-    fn = cuda.cuTensorMapEncodeTiled
-    fn.restype = ctypes.c_int
-    rc = fn(out, 7, 2, ctypes.c_void_p(b.data.ptr), dims, strides, box, elem, 0, swizzle, promotion, 0)
-    if rc != 0:
-        raise SystemExit(f"cuTensorMapEncodeTiled failed with CUresult {rc}")
-    return bytes(out)
-
-
-def build(cp, arch: str, defines: dict[str, int]):
-    src = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + SOURCE
-    r = compile_source(src, "stream", arch)
-    if not r.ok:
-        raise SystemExit(f"compile failed for {defines}: {r.error}")
-    module = cp.cuda.function.Module()
-    module.load(r.cubin)
-    return module
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--m", type=int, default=64)
@@ -213,7 +186,7 @@ def main() -> int:
     flush = L2Flusher()
     rows = []
 
-    mod = build(cp, gpu.arch, {"MROWS": m, "KC": 32, "STAGES": 4, "COPY": 0, "BOXW": 1})
+    mod = build(SOURCE, "stream", gpu.arch, {"MROWS": m, "KC": 32, "STAGES": 4, "COPY": 0, "BOXW": 1})
     rd = mod.get_function("read_all")
     sink = cp.zeros(1, dtype=cp.float32)
     n4 = b.size // 4
@@ -233,13 +206,15 @@ def main() -> int:
         for kc in (32,):
             maps = cp.zeros(128, dtype=cp.uint8)
             if copy >= 2:
-                maps.set(np.frombuffer(tensor_map_2d(b, n, k, boxw, kc, swizzle, promo), dtype=np.uint8))
+                tmap = tiled_2d_f32(b.data.ptr, n, k, n * 4, (boxw, kc), swizzle, promo)
+                maps.set(np.frombuffer(tmap.tobytes(), dtype=np.uint8))
             for stages in (4, 6, 8):
                 stage_floats = kc * (128 if copy >= 2 else 136) + m * (kc + 4)
                 shared = stages * stage_floats * 4
                 if shared > gpu.max_shared_per_block:
                     continue
-                mod = build(cp, gpu.arch, {"MROWS": m, "KC": kc, "STAGES": stages, "COPY": copy, "BOXW": boxw or 1})
+                defines = {"MROWS": m, "KC": kc, "STAGES": stages, "COPY": copy, "BOXW": boxw or 1}
+                mod = build(SOURCE, "stream", gpu.arch, defines)
                 fn = mod.get_function("stream")
                 driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
                 g = (1, n // 128, args.split_k)
@@ -248,16 +223,8 @@ def main() -> int:
                 fn(g, (256,), kargs, shared_mem=shared)
                 got = float(out.sum())
                 row = {"variant": name, "stages": stages, "kc": kc}
-                if not abs(got - expect) <= 1e-5 * scale:
-                    row["us"] = float("nan")
-                    row["wrong"] = f"sum {got} against {expect}"
-                else:
-                    t = time_launches(
-                        lambda fn=fn, g=g, kargs=kargs, shared=shared: fn(g, (256,), kargs, shared_mem=shared),
-                        flush,
-                        PLAN,
-                    )
-                    row["us"] = t.median_ms * 1e3
+                launch = lambda fn=fn, g=g, kargs=kargs, shared=shared: fn(g, (256,), kargs, shared_mem=shared)  # noqa: E731
+                row.update(time_if_right(got, expect, scale, launch, flush, PLAN))
                 rows.append(row)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     print(f"{gpu.name}  {now}  M={m} N={n} K={k} split-K {args.split_k}  (B {k * n * 4 / 2**20:.0f} MiB)")

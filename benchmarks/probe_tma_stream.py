@@ -25,8 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from raw_kernels import build, time_if_right  # noqa: E402
+
 from autotune.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
-from autotune.compiler import compile_source  # noqa: E402
 from autotune.device import current_gpu  # noqa: E402
 from autotune.tensormap import SWIZZLE_128B, tiled_2d_f32  # noqa: E402
 
@@ -87,16 +88,6 @@ extern "C" __global__ void __launch_bounds__(256) read_all(const float4* __restr
 """
 
 
-def build(cp, arch: str, defines: dict[str, int]):
-    src = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + SOURCE
-    r = compile_source(src, "tma_read", arch)
-    if not r.ok:
-        raise SystemExit(f"compile failed for {defines}: {r.error}")
-    module = cp.cuda.function.Module()
-    module.load(r.cubin)
-    return module
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=4096)
@@ -115,7 +106,9 @@ def main() -> int:
     flush = L2Flusher()
     results = []
 
-    mod = build(cp, gpu.arch, {"THREADS": 256, "STAGES": 2, "BOX_W": 32, "BOX_H": 32, "BOX_BYTES": 4096})
+    mod = build(
+        SOURCE, "read_all", gpu.arch, {"THREADS": 256, "STAGES": 2, "BOX_W": 32, "BOX_H": 32, "BOX_BYTES": 4096}
+    )
     rd = mod.get_function("read_all")
     sink = cp.zeros(1, dtype=cp.float32)
     for per_sm in (2, 4, 8):
@@ -135,7 +128,7 @@ def main() -> int:
         if shared > gpu.max_shared_per_block or per_sm * (shared + 1024) > 233472:
             continue
         defines = {"THREADS": 256, "STAGES": stages, "BOX_W": box_w, "BOX_H": box_h, "BOX_BYTES": box_bytes}
-        fn = build(cp, gpu.arch, defines).get_function("tma_read")
+        fn = build(SOURCE, "tma_read", gpu.arch, defines).get_function("tma_read")
         driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
         grid = per_sm * gpu.multiprocessors
         out = cp.full(grid * 256, cp.nan, dtype=cp.float64)
@@ -146,15 +139,8 @@ def main() -> int:
             "variant": f"TMA {box_w}x{box_h} boxes, {stages} stages, {per_sm} block(s) an SM",
             "us": float("nan"),
         }
-        if abs(got - expect) > 1e-5 * scale:
-            row["wrong"] = f"sum {got} against {expect}"
-        else:
-            t = time_launches(
-                lambda fn=fn, grid=grid, kargs=kargs, shared=shared: fn((grid,), (256,), kargs, shared_mem=shared),
-                flush,
-                PLAN,
-            )
-            row["us"] = t.median_ms * 1e3
+        launch = lambda fn=fn, grid=grid, kargs=kargs, shared=shared: fn((grid,), (256,), kargs, shared_mem=shared)  # noqa: E731
+        row.update(time_if_right(got, expect, scale, launch, flush, PLAN))
         results.append(row)
 
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
