@@ -1,16 +1,19 @@
 # ruff: noqa: E501 - the kernels below are CUDA C++ kept in a string
-"""How fast the copy pipeline of skinny_wgmma's M = 64 winner can stream its operands with nothing else to do,
-with per-thread cp.async (as the template copies) against Hopper's bulk copies (cp.async.bulk, one per row,
-completing on an mbarrier per stage, issued by one warp).
+"""How fast the copy pipeline of skinny_wgmma's M = 64 winner can stream its operands with nothing else to do:
+B by per-thread cp.async (the template without TMA) against B by the tensor memory accelerator (TMA = true: one
+128-column box, or four 32-column boxes in the 128-byte swizzle the template uses, optionally with L2 promotion),
+each completing on an mbarrier per stage; A always by cp.async. With --bulk also Hopper's plain bulk copies
+(cp.async.bulk, one per row, issued by one warp; ~3x slower, 2026-11-30 05:54).
 
 The kernels keep the template's shapes and ring: grid (1, N / 128, SPLIT_K) blocks of 256 threads; each block
 streams its 128 columns of B and the 64 rows of A over its slice of K in chunks of KC rows, through a ring of
-STAGES stages (B rows padded to 136 floats, A rows to KC + 4); one barrier per chunk, after which the chunk
-STAGES - 1 ahead is issued into the stage chunk s - 1 used. "Consuming" a chunk is every thread summing its
-share of the stage from shared memory (the whole chunk, once), so each variant is checked: the block sums must
-add up to sum(B) + (N / 128) sum(A) (float64 on the host), else the variant is reported wrong and not timed.
-A plain read of B (float4 loads, grid of 4 blocks an SM) gives this process's floor. Each launch follows the
-harness's L2 flush; medians of event-timed launches.
+STAGES stages (B rows padded to 136 floats, or dense boxes with TMA; A rows padded to KC + 4); one barrier per
+chunk, after which the chunk STAGES - 1 ahead is issued into the stage chunk s - 1 used. "Consuming" a chunk is
+every thread summing its share of the stage from shared memory (the whole chunk, once), so each variant is
+checked: the block sums must add up to sum(B) + (N / 128) sum(A) (float64 on the host), else the variant is
+reported wrong and not timed. A plain read of B (float4 loads, grid of 4 blocks an SM) gives this process's
+floor. Each launch follows the harness's L2 flush; medians of event-timed launches. The tensor maps are made by
+autotune.tensormap and kept in device memory (the kernel reads them by address).
 
     python3 benchmarks/probe_copy_pipeline.py [--m 64] [--n 4096] [--k 4096] [--out results.json]
 """
@@ -223,7 +226,10 @@ def main() -> int:
                 fn(g, (256,), kargs, shared_mem=shared)
                 got = float(out.sum())
                 row = {"variant": name, "stages": stages, "kc": kc}
-                launch = lambda fn=fn, g=g, kargs=kargs, shared=shared: fn(g, (256,), kargs, shared_mem=shared)  # noqa: E731
+
+                def launch(fn=fn, g=g, kargs=kargs, shared=shared):
+                    fn(g, (256,), kargs, shared_mem=shared)
+
                 row.update(time_if_right(got, expect, scale, launch, flush, PLAN))
                 rows.append(row)
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

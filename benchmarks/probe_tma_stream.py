@@ -139,7 +139,10 @@ def main() -> int:
             "variant": f"TMA {box_w}x{box_h} boxes, {stages} stages, {per_sm} block(s) an SM",
             "us": float("nan"),
         }
-        launch = lambda fn=fn, grid=grid, kargs=kargs, shared=shared: fn((grid,), (256,), kargs, shared_mem=shared)  # noqa: E731
+
+        def launch(fn=fn, grid=grid, kargs=kargs, shared=shared):
+            fn((grid,), (256,), kargs, shared_mem=shared)
+
         row.update(time_if_right(got, expect, scale, launch, flush, PLAN))
         results.append(row)
 
