@@ -43,7 +43,7 @@ class Task:
     problem: Any  # the family's frozen problem (GemmProblem, ConvProblem)
     calls: int
     time_share: float
-    shape: Any  # the shape as written, for building a spec of this problem
+    shape: Any = field(default=None, compare=False)  # the shape as written, for a spec of this problem
 
     @property
     def name(self) -> str:

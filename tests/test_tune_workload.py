@@ -1,0 +1,97 @@
+"""Planning a workload's specs from the installed configs, and a whole workload run with a fake session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.tune_workload import format_table, plan, run_workload
+from autotune.workload import parse_workload
+
+CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1}
+
+
+def _workload(*problems, spaces=None):
+    return parse_workload({"workload": "toy", "problems": list(problems), **({"spaces": spaces} if spaces else {})},
+                          "runs/toy.yaml")  # fmt: skip
+
+
+def test_plan_picks_a_space_per_problem_and_warm_starts_from_stored_winners():
+    w = _workload(
+        {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "512x4096x4096", "time_share": 0.7},
+        {"kernel": "gemm", "dtype": "float32", "layout": "NT", "shape": "16x4096x4096", "time_share": 0.3},
+    )
+    stored = {
+        "float16/NN/4096x4096x4096": {"verified": True, "template": "nonexistent", "params": {"X": 1}},
+    }
+    p = plan(w, lambda kernel: stored)
+    fp16, fp32 = w.tasks
+    assert p.specs[fp16].template == "auto" and p.specs[fp16].problems[0].label == "512x4096x4096"
+    assert p.specs[fp16].start_from == ()  # a winner that is not a configuration of the space is not a start
+    assert p.specs[fp16].objectives == ("time",)
+    assert fp32 in p.skipped  # no fp32 template computes NT: the vendor serves it
+
+
+def test_plan_uses_a_stored_winner_that_fits_as_a_start_point():
+    from autotune.spec import load_spec
+
+    base = load_spec("configs/gemm.yaml")
+    start = base.start_from[0].as_dict() if base.start_from else next(iter(base.space.enumerate())).as_dict()
+    w = _workload({"kernel": "gemm", "dtype": "float32", "layout": "NN", "shape": "1000x1000x1000", "time_share": 1})
+    stored = {"float32/NN/1024x1024x1024": {"verified": True, "template": "simt", "params": start}}
+    spec = plan(w, lambda kernel: stored).specs[w.tasks[0]]
+    assert [c.as_dict() for c in spec.start_from] == [start]
+
+
+def test_named_space_that_does_not_exist_skips_with_its_reason():
+    w = _workload({"kernel": "conv2d", "dtype": "float32", "shape": CONV, "time_share": 1},
+                  spaces={"conv2d/float32": "configs/nope.yaml"})  # fmt: skip
+    p = plan(w, lambda kernel: {})
+    assert "nope.yaml" in p.skipped[w.tasks[0]]
+
+
+@dataclass
+class FakeSession:
+    times: dict
+
+    def tuned_path(self, kernel):
+        from pathlib import Path
+
+        return Path("/nonexistent/tuned.json")
+
+    def tune(self, spec, problem, trials, minutes, progress):
+        progress(1, "")
+        best, vendor = self.times[problem.label]
+        outcome = SimpleNamespace(stopped="time budget reached")
+        return SimpleNamespace(outcome=outcome, best_ms=best, vendor_ms=vendor)
+
+
+def test_run_workload_spends_the_budget_and_prints_the_model_gain(capsys):
+    w = _workload(
+        {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "512x4096x4096", "calls": 2, "time_share": 0.8},
+        {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "2048x4096x4096", "time_share": 0.2},
+    )
+    session = FakeSession({"512x4096x4096": (0.1, 0.2), "2048x4096x4096": (0.5, 0.4)})
+    assert run_workload(w, minutes=2.0, session=session, slice_minutes=0.5) == 0
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert lines[0].split()[0] == "problem" and "model (2 of 2 problems measured)" in lines[-1]
+    # model: vendor 2*0.2 + 0.4 = 0.8 ms; served 2*0.1 + 0.4 = 0.6 ms
+    assert lines[-1].split()[-1] == f"{0.8 / 0.6:.4g}"
+    assert "slice 4" in out.err
+
+
+def test_run_workload_with_nothing_tunable_is_one_sentence():
+    w = _workload({"kernel": "gemm", "dtype": "float32", "layout": "TT", "shape": "64x64x64", "time_share": 1})
+    with pytest.raises(AutotuneError, match="no problem of the workload can be tuned"):
+        run_workload(w, minutes=1.0, session=FakeSession({}))
+
+
+def test_format_table_aligns_columns():
+    text = format_table([{"problem": "a", "calls": 1, "share": 0.5, "minutes": 1.0, "vendor_ms": 2.0,
+                          "ours_ms": None, "served_ms": 2.0, "gain": 1.0}])  # fmt: skip
+    head, row = text.splitlines()
+    assert len(head) == len(row) and row.split()[5] == "-"
