@@ -8,8 +8,9 @@ A benchmark that cannot run here is skipped with a one-line reason: its script i
 module it needs is not installed, or it needs a CUDA GPU and none is usable. Each script writes
 <out>/<name>*.json and .csv with the GPU, the versions and the date inside; the runner checks that it did.
 --quick runs each benchmark's short form (fewer shapes, shorter timing or budgets): a smoke run, written to
-runs/benchmarks-quick unless --out says otherwise, never over the committed numbers. Exit status: 0 when every benchmark that ran succeeded (a skip is not a failure), 1 when one
-failed, 2 for bad arguments. benchmarks/README.md holds the latest numbers and their goals.
+runs/benchmarks-quick unless --out says otherwise, never over the committed numbers. Exit status: 0 when every
+benchmark that ran succeeded (a skip is not a failure), 1 when one failed, 2 for bad arguments.
+benchmarks/README.md holds the latest numbers and their goals.
 """
 
 from __future__ import annotations
