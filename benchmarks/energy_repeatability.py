@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.bench import L2Flusher  # noqa: E402
+from autotune.compiler import nvrtc_version  # noqa: E402
 from autotune.device import current_gpu  # noqa: E402
 from autotune.energy import EnergyMeter, EnergyPlan  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
@@ -112,6 +113,12 @@ def main() -> int:
 
     meta = {
         "gpu": {"name": gpu.name, "key": gpu.key, "arch": gpu.arch, "driver": gpu.driver},
+        "versions": {
+            "cuda_driver": gpu.driver,
+            "cuda_runtime": gpu.runtime,
+            "nvrtc": nvrtc_version(),
+            "cupy": getattr(sys.modules.get("cupy"), "__version__", None),
+        },
         "date": date,
         "method": f"{method}: NVML total-energy counter watched during a batch of back-to-back launches lasting "
         f">= {args.seconds} s (hot L2, doubled until the counter stepped enough); power between the first and last "

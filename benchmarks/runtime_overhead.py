@@ -1,6 +1,6 @@
 """Runtime costs of ``autotune.gemm``: the first call of a fresh process, and the per-call overhead.
 
-    python3 benchmarks/runtime_overhead.py [--out benchmarks/results]
+    python3 benchmarks/runtime_overhead.py [--out benchmarks/results]   -> <out>/runtime_overhead.json and .csv
 
 1. First call: two fresh processes share an empty cubin cache directory; each creates its operands,
    then times its first ``autotune.gemm`` call up to the synchronized result (lookup, compile or disk
@@ -14,6 +14,7 @@ Goals (issue: runtime): first call with a warm disk cache <= 50 ms; overhead <= 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import json
 import os
@@ -79,6 +80,7 @@ def main() -> int:
     import numpy as np
 
     import autotune
+    from autotune.compiler import nvrtc_version
     from autotune.device import current_gpu
     from autotune.templates import render
 
@@ -116,9 +118,14 @@ def main() -> int:
         {"measure": "overhead of autotune.gemm over bare", "shape": "64x64x64", "value": ours - bare, "unit": "us"},
     ]
     meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"cupy": cp.__version__, "cuda_runtime": gpu.runtime,
-            "cuda_driver": gpu.driver}, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+            "cuda_driver": gpu.driver, "nvrtc": nvrtc_version()},
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runtime_overhead.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    with (args.out / "runtime_overhead.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["gpu", "date", *dict.fromkeys(k for r in rows for k in r)])
+        w.writeheader()
+        w.writerows({"gpu": gpu.name, "date": meta["date"], **r} for r in rows)
     print(f"{gpu.name}  cupy {cp.__version__}  {meta['date']}")
     for r in rows:
         extra = ""

@@ -1,10 +1,11 @@
 """Re-measure stored winners against the vendor library, in one process, and write the results.
 
-    python3 benchmarks/tuned_vs_vendor.py [--tuned-dir tuned] [--kernel gemm] [--out benchmarks/results]
+    python3 benchmarks/tuned_vs_vendor.py [--tuned-dir tuned] [--kernel gemm] [--out benchmarks/results] [--quick]
 
 For every entry of tuned/<this GPU's key>/<kernel>.json: verify the stored configuration again on fresh
 random inputs, time it (L2 flushed, median of many launches) and time cuBLAS on the same shape, then print a
-table and write <out>/<kernel>_<gpu-key>.json and .csv with the GPU, versions and date inside.
+table and write <out>/<kernel>_<gpu-key>.json and .csv with the GPU, versions and date inside. --quick times
+with the search's short plan (>= 40 ms of repeats) instead of the final one (>= 400 ms): a smoke run, noisier.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from autotune.compiler import nvrtc_version  # noqa: E402
 from autotune.device import current_gpu  # noqa: E402
 from autotune.evaluate import Candidate, Settings, evaluate, time_vendor  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.search import FINAL_PLAN  # noqa: E402
+from autotune.search import FINAL_PLAN, SEARCH_PLAN  # noqa: E402
 from autotune.space import Config  # noqa: E402
 from autotune.store import read, tuned_file  # noqa: E402
 from autotune.templates import fits_installed  # noqa: E402
@@ -35,12 +36,18 @@ def main() -> int:
     ap.add_argument("--tuned-dir", type=Path, default=ROOT / "tuned")
     ap.add_argument("--kernel", default="gemm")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--quick", action="store_true", help="time with the search's short plan (a smoke run)")
     args = ap.parse_args()
 
     import cupy
 
     gpu = current_gpu()
-    doc = read(tuned_file(args.tuned_dir, gpu.key, args.kernel))
+    plan = SEARCH_PLAN if args.quick else FINAL_PLAN
+    path = tuned_file(args.tuned_dir, gpu.key, args.kernel)
+    doc = read(path)
+    if not doc["entries"]:
+        print(f"tuned_vs_vendor: {path} holds no stored {args.kernel} entry for this GPU; tune first.", file=sys.stderr)
+        return 1
     family = FAMILIES[args.kernel]
     flush = L2Flusher()
     rows = []
@@ -51,9 +58,9 @@ def main() -> int:
             print(f"{key}: skipped, stored by another version of template {e['template']} (tune it again)")
             continue
         settings = Settings(arch=gpu.arch, tolerance=e["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
-                            timing=FINAL_PLAN)  # fmt: skip
+                            timing=plan)  # fmt: skip
         r = evaluate(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings, flush)
-        vendor = time_vendor(args.kernel, problem, flush, FINAL_PLAN)
+        vendor = time_vendor(args.kernel, problem, flush, plan)
         ok = r.ok and r.timing is not None
         rows.append({
             "dtype": dtype, "layout": layout, "shape": label, "kernel": r.kernel_name, "status": r.status.value,
@@ -65,6 +72,9 @@ def main() -> int:
             "x_vendor": vendor[1].median_ms / r.timing.median_ms if ok and vendor else None,
             "stored_x_vendor": e.get("vendor_ratio"),
         })  # fmt: skip
+    if not rows:
+        print(f"tuned_vs_vendor: no entry of {path} fits the installed templates; tune again.", file=sys.stderr)
+        return 1
 
     meta = {
         "gpu": {"name": gpu.name, "key": gpu.key, "arch": gpu.arch, "multiprocessors": gpu.multiprocessors},
@@ -73,10 +83,12 @@ def main() -> int:
             "cuda_runtime": gpu.runtime,
             "nvrtc": nvrtc_version(),
             "cupy": cupy.__version__,
+            "torch": getattr(sys.modules.get("torch"), "__version__", None),  # the vendor for conv2d and bf16
         },  # fmt: skip
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "method": "fresh random normal inputs verified against float64; CUDA events, L2 flushed before each "
-        "launch, median of repeats filling >= 400 ms; vendor timed the same way in the same process",
+        f"launch, median of repeats filling >= {plan.target_ms:g} ms; vendor timed the same way in the same process",
+        "quick": args.quick,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.kernel}_{gpu.key}"

@@ -404,12 +404,12 @@ def test_the_page_renders_in_a_headless_browser(made, tmp_path):
         png_image(png)
 
 
-REAL_REPORT = DATA.parent.parent / "benchmarks" / "report" / "report.html"
+REAL_REPORT = DATA / "real_report.html"
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="the chromium binary is not installed")
 def test_the_committed_report_of_the_real_h200_run_renders(tmp_path):
-    # benchmarks/report/report.html was made by `autotune report` from the journal of a real H200 run.
+    # tests/data/real_report.html was made by `autotune report` from the journal of a real H200 run.
     html = REAL_REPORT.read_text()
     images = list(embedded_pngs(html))
     assert len(images) >= 8 and 'src="http' not in html and "<script" not in html
