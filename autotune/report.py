@@ -20,6 +20,7 @@ import base64
 import datetime as dt
 import html
 import io
+import logging
 import math
 import re
 import shutil
@@ -32,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AutotuneError
+from .storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
+
+log = logging.getLogger(__name__)
 
 # Ceilings measured on the H200 test host (/work/shared/GPU.md): fp32 FMA peak and device-to-device copy
 # bandwidth (bytes read + written). Runs of a GPU not listed here use these unless ``ceilings`` is given.
@@ -167,23 +171,30 @@ def _read_journal(path: Path, run: str) -> list[_Study]:
         copy = Path(tmp) / "copy.journal"
         try:
             shutil.copyfile(path, copy)
+            if set_aside_torn_tail(copy):  # a killed write, or a record a tuner is writing right now
+                log.warning("%s: its last record is cut short; reading the records before it", path)
             storage = JournalStorage(JournalFileBackend(str(copy)))
             return _studies_of(storage, run, path.stem, str(path))
         except OSError as exc:
             raise AutotuneError(f"{path} cannot be read ({exc.strerror})") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:  # JSONDecodeError is a ValueError
+            bad = first_bad_line(copy)
+            if bad is not None:
+                raise AutotuneError(f"{path}, line {bad[0]}: {bad[1]}; it cannot be read as a study journal") from None
             raise AutotuneError(f"{path} is not an Optuna study journal ({type(exc).__name__}: {exc})") from None
 
 
 def _read_url(url: str) -> list[_Study]:
     import optuna
 
+    check_url(url)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise AutotuneError(f"{url}: no such SQLite file")
+        raise AutotuneError(f"{redact(url)}: no such SQLite file")
     try:
         storage = optuna.storages.get_storage(url)
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
-        raise AutotuneError(f"{url} cannot be opened as an Optuna storage ({type(exc).__name__}: {exc})") from None
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise AutotuneError(f"{redact(url)} cannot be opened as an Optuna storage ({type(exc).__name__}: {first})") from None
     studies = _studies_of(storage, url, None, url)
     if not studies:
         raise AutotuneError(f"{url} holds no Optuna studies")
