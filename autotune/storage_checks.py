@@ -12,6 +12,7 @@ Only the standard library is used here; Optuna and SQLAlchemy stay in the caller
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import importlib.util
 import json
 import os
@@ -48,10 +49,14 @@ def redact(url: str) -> str:
 
 
 def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a broken install
+    """Whether ``module`` imports (a driver that is present but broken counts as missing)."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
         return False
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def check_url(url: str) -> None:
