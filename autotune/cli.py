@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("a", help="the baseline (A)")
     compare.add_argument("b", help="compared with A (B)")
     compare.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="where compare.csv/.md go")
+    compare.add_argument(
+        "--all", action="store_true", dest="show_all", help="also list shapes measured on one side only"
+    )
     return parser
 
 
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             from .report import compare_command
 
-            return compare_command(args.a, args.b, args.out)
+            return compare_command(args.a, args.b, args.out, show_all=args.show_all)
     except AutotuneError as exc:
         return _user_error(str(exc), exc.exit_code, args.verbose)
     except OSError as exc:

@@ -9,7 +9,12 @@ from typing import TextIO
 
 class Progress:
     def __init__(
-        self, label: str, total: int | None, deadline_s: float | None, stream: TextIO | None = None, unit: str = "trials"
+        self,
+        label: str,
+        total: int | None,
+        deadline_s: float | None,
+        stream: TextIO | None = None,
+        unit: str = "trials",
     ) -> None:
         self.label, self.total, self.deadline_s, self.unit = label, total, deadline_s, unit
         self.stream = stream or sys.stderr

@@ -52,7 +52,14 @@ def _cut(path: Path, n: int) -> bytes:
 def _run_in_child(spec, journal: Path, trials: int) -> None:
     """A run in another process (tests/fakes.py), which then exits: its trials have a dead owner."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(ROOT / "tests" / "fakes.py"), spec.path, str(journal), str(journal) + ".log", str(trials)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "tests" / "fakes.py"),
+        spec.path,
+        str(journal),
+        str(journal) + ".log",
+        str(trials),
+    ]
     subprocess.run(cmd, env=env, check=True, timeout=300, capture_output=True)
 
 
