@@ -311,6 +311,7 @@ def fail_orphans(study: Any, storage: Any) -> int:
     Public Optuna API only: the reason goes in through the storage's ``set_trial_user_attr`` and the trial
     ends with ``study.tell(number, state=FAIL)``.
     """
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
@@ -320,9 +321,12 @@ def fail_orphans(study: Any, storage: Any) -> int:
         if reason is None:
             continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        storage.set_trial_user_attr(trial_id, "status", "interrupted")
-        storage.set_trial_user_attr(trial_id, "result", {"reason": reason})
-        study.tell(t.number, state=TrialState.FAIL)
+        try:
+            storage.set_trial_user_attr(trial_id, "status", "interrupted")
+            storage.set_trial_user_attr(trial_id, "result", {"reason": reason})
+        except UpdateFinishedTrialError:  # another process starting at the same time failed it first
+            continue
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
         failed += 1
     if failed:
         log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, failed)

@@ -212,3 +212,17 @@ def test_an_unwritable_journal_path_is_one_sentence(tmp_path):
     blocker.write_text("")
     with pytest.raises(AutotuneError, match="cannot be opened"):
         open_storage(str(blocker / "sub" / "s.journal"))
+
+
+def test_two_processes_failing_the_same_orphan_do_not_collide(tmp_path, monkeypatch):
+    journal = tmp_path / "k.journal"
+    _kill_after(tmp_path, journal, "killed", "_ask_owned(study, None)")
+    first, second = open_storage(str(journal)), open_storage(str(journal))
+    a = optuna.load_study(study_name="killed", storage=first)
+    b = optuna.load_study(study_name="killed", storage=second)
+    stale = b.get_trials(states=(TrialState.RUNNING,))  # b has read the trial as RUNNING ...
+    assert fail_orphans(a, first) == 1  # ... when a fails it
+    monkeypatch.setattr(b, "get_trials", lambda **kwargs: stale)
+    assert fail_orphans(b, second) == 0
+    t = optuna.load_study(study_name="killed", storage=open_storage(str(journal))).trials[0]
+    assert t.state == TrialState.FAIL and t.user_attrs["status"] == "interrupted"
