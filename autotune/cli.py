@@ -191,7 +191,7 @@ class _VersionAction(argparse.Action):
 
 
 def _version_line() -> str:
-    """``autotune 0.1.0 (Python 3.11.9, Optuna 5.0.0)``; the installed packages' versions, read lazily."""
+    """``autotune 0.1.0 (Python 3.11.7, optuna 5.0.0, cupy-cuda13x 14.2.0)``: what is installed, read when asked."""
     from importlib.metadata import PackageNotFoundError, version
 
     from . import __version__
@@ -305,6 +305,7 @@ COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --lim
 def compile_only(spec: Any, args: argparse.Namespace) -> int:
     from .compiler import nvrtc_version, require_nvrtc
     from .evaluate import Candidate, Settings, render_candidate, static_check
+    from .progress import Progress
     from .report import compile_table
     from .space import Config
 
@@ -359,8 +360,11 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
             f"({size:,} before constraints); --limit N compiles a seeded sample instead",
             file=sys.stderr,
         )
-        for config in spec.space.enumerate():
+        bar = Progress("rendering", None, None, unit="configurations")
+        for n, config in enumerate(spec.space.enumerate(), 1):
             add(config)
+            bar.update(n, f"{len(candidates):,} distinct sources")
+        bar.close()
         rendered = candidates
         found = f"{len(rendered):,} valid sources"
     print(

@@ -35,7 +35,7 @@ class Progress:
     def update(self, done: int, note: str = "") -> None:
         self.done, self.note = done, note or self.note
         now = time.monotonic()
-        if not self.tty and now - self._last_line < 5.0:
+        if now - self._last_line < (0.1 if self.tty else 5.0):  # a terminal redraws 10 times a second at most
             return
         self._last_line = now
         self._draw(end="" if self.tty else "\n")

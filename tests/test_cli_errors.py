@@ -187,8 +187,10 @@ def test_compile_only_without_limit_says_what_it_plans_then_shows_progress(tmp_p
     err = capsys.readouterr().err.splitlines()
     # 25 configurations before constraints; 19 pass BX * BY >= 32, and both shapes share each source
     assert "no --limit" in err[0] and "25 before constraints" in err[0] and "--limit N" in err[0]
-    assert "compiling 19 for sm_90" in err[1]
-    bars = [ln for ln in err[2:] if ln.startswith("compiling [")]
+    assert err[1].startswith("rendering [") and err[2].startswith("rendering [")  # the first step, then the end
+    assert err[2].split("] ")[1].startswith("19 configurations") and "19 distinct sources" in err[2]
+    assert "compiling 19 for sm_90" in err[3]
+    bars = [ln for ln in err[4:] if ln.startswith("compiling [")]
     assert bars and bars[-1].split("] ")[1].startswith("19/19 kernels"), err
     assert err[-1] == "19 compiled, 0 failed, 0 kernels spill registers"
 
