@@ -37,6 +37,12 @@ _DRIVERS = {
     "mysql+pymysql": ("pymysql", "pymysql"),
     "mysql+mysqlconnector": ("mysql.connector", "mysql-connector-python"),
     "mariadb": ("MySQLdb", "mysqlclient"),
+    "mssql": ("pyodbc", "pyodbc"),
+    "mssql+pyodbc": ("pyodbc", "pyodbc"),
+    "mssql+pymssql": ("pymssql", "pymssql"),
+    "oracle": ("cx_Oracle", "cx_Oracle"),
+    "oracle+cx_oracle": ("cx_Oracle", "cx_Oracle"),
+    "oracle+oracledb": ("oracledb", "oracledb"),
     "sqlite": ("sqlite3", "a Python built with sqlite3"),
     "sqlite+pysqlite": ("sqlite3", "a Python built with sqlite3"),
 }
@@ -70,6 +76,8 @@ def check_url(url: str) -> None:
     scheme, sep, rest = url.partition("://")
     if not sep or not scheme:
         raise AutotuneError(f"{shown} is not a storage URL; pass a journal file path or e.g. sqlite:///runs/gemm.db")
+    if scheme.lower() == "postgres":  # what Heroku and others print; SQLAlchemy knows only "postgresql"
+        raise AutotuneError(f"{shown}: SQLAlchemy spells this scheme postgresql://, not postgres://")
     if scheme.lower() not in _DRIVERS:
         known = ", ".join(sorted({s.split("+")[0] for s in _DRIVERS}))
         raise AutotuneError(

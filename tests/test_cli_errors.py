@@ -36,11 +36,21 @@ def _one_error_line(capsys) -> str:
         ("postgresql+psycopg://tuner@db/autotune", "psycopg is not installed: pip install psycopg[binary]"),
         ("mysql+pymysql://tuner@db/autotune", "pymysql is not installed: pip install pymysql"),
         ("mongodb://db/autotune", "unknown storage scheme 'mongodb'"),
+        ("postgres://tuner@db/autotune", "spells this scheme postgresql://"),
         ("sqlite:///no/such/folder/runs.db", "the folder no/such/folder does not exist"),
         ("sqlite://relative.db", "three slashes"),
         ("://nothing", "is not a storage URL"),
     ],
-    ids=["postgres", "psycopg3", "pymysql", "unknown-scheme", "sqlite-folder", "sqlite-slashes", "no-scheme"],
+    ids=[
+        "postgres",
+        "psycopg3",
+        "pymysql",
+        "unknown-scheme",
+        "postgres-spelling",
+        "sqlite-folder",
+        "sqlite-slashes",
+        "no-scheme",
+    ],
 )
 def test_a_bad_storage_url_is_one_sentence_naming_the_fix(tmp_path, monkeypatch, capsys, url, says):
     monkeypatch.chdir(tmp_path)
@@ -70,7 +80,7 @@ def test_the_run_command_checks_the_storage_url_before_tuning(tmp_path, monkeypa
 def _without_db_drivers(monkeypatch) -> None:
     """This machine, as if no database driver were installed (the venv may have some)."""
     real = storage_checks._installed
-    drivers = {"psycopg2", "psycopg", "pg8000", "asyncpg", "MySQLdb", "pymysql", "mysql.connector"}
+    drivers = {"psycopg2", "psycopg", "pg8000", "asyncpg", "MySQLdb", "pymysql", "mysql.connector", "pyodbc"}
     monkeypatch.setattr(storage_checks, "_installed", lambda m: m not in drivers and real(m))
 
 
