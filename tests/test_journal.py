@@ -226,3 +226,27 @@ def test_two_processes_failing_the_same_orphan_do_not_collide(tmp_path, monkeypa
     assert fail_orphans(b, second) == 0
     t = optuna.load_study(study_name="killed", storage=open_storage(str(journal))).trials[0]
     assert t.state == TrialState.FAIL and t.user_attrs["status"] == "interrupted"
+
+
+@pytest.mark.gpu
+def test_gpu_run_resumes_a_torn_journal_from_the_command_line(tmp_path, capsys):
+    """On the GPU: tune 3 trials, cut 37 bytes off the journal, run again to 5; it resumes with one warning."""
+    spec = tmp_path / "naive.yaml"
+    spec.write_text(NAIVE_SPEC.replace('shapes: [[64, 64, 64], "96x80x72"]', "shapes: [[256, 256, 256]]"))
+    journal = tmp_path / "runs" / "naive.journal"
+    argv = ["run", str(spec), "--storage", str(journal), "--tuned-dir", str(tmp_path / "tuned"), "--jobs", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the first run in its own process, which then ends
+    subprocess.run([sys.executable, "-m", "autotune", *argv, "--trials", "3"], env=env, check=True, timeout=600)
+    _cut(journal, 37)
+    capsys.readouterr()
+    assert main([*argv, "--trials", "5"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("cut short") == 1 and "Traceback" not in err
+    assert len(list(journal.parent.glob("naive.journal.torn-*"))) == 1
+    study = optuna.load_study(study_name=study_name(load_spec(spec), load_spec(spec).problems[0]),
+                              storage=open_storage(str(journal)))  # fmt: skip
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+    evaluated = [
+        t for t in study.trials if t.user_attrs.get("status") not in (None, "interrupted", "unevaluated", "invalid")
+    ]
+    assert len(evaluated) >= 5
