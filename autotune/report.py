@@ -201,7 +201,7 @@ def _read_url(url: str) -> list[_Study]:
         ) from None
     studies = _studies_of(storage, url, None, url)
     if not studies:
-        raise AutotuneError(f"{url} holds no Optuna studies")
+        raise AutotuneError(f"{redact(url)} holds no Optuna studies")
     return studies
 
 
