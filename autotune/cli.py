@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autotune", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument("--version", action=_VersionAction, help="print the versions of autotune, Optuna and CuPy")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser(
         "run",
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("a", help="the baseline (A)")
     compare.add_argument("b", help="compared with A (B)")
     compare.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="where compare.csv/.md go")
+    compare.add_argument(
+        "--all", action="store_true", dest="show_all", help="also list shapes measured on one side only"
+    )
     return parser
 
 
@@ -152,18 +156,67 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             from .report import compare_command
 
-            return compare_command(args.a, args.b, args.out)
+            return compare_command(args.a, args.b, args.out, show_all=args.show_all)
     except AutotuneError as exc:
-        print(f"autotune: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _user_error(str(exc), exc.exit_code, args.verbose)
+    except OSError as exc:
+        if exc.filename is None:  # not about a path the user gave: a bug or a broken install, keep its traceback
+            raise
+        return _user_error(f"{exc.filename}: {exc.strerror or exc}", 2, args.verbose)
     except KeyboardInterrupt:
         print("\nautotune: interrupted; finished trials are saved, run the same command to resume", file=sys.stderr)
         return 130
     return 2
 
 
-def cmd_ladder(args: argparse.Namespace) -> int:
+def _user_error(message: str, code: int, verbose: int) -> int:
+    """A problem the user can fix: one line on stderr (the traceback too with -vv), and the exit code."""
+    if verbose >= 2:
+        import traceback
+
+        traceback.print_exc()
+    print(f"autotune: error: {message}", file=sys.stderr)
+    return code
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: like argparse's own, but the package versions are looked up only when it is asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(_version_line())
+        parser.exit()
+
+
+def _version_line() -> str:
+    """``autotune 0.1.0 (Python 3.11.7, optuna 5.0.0, cupy-cuda13x 14.2.0)``: what is installed, read when asked."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    parts = [f"Python {sys.version.split()[0]}"]
+    for package in ("optuna", "cupy-cuda13x", "cupy-cuda12x", "cupy"):
+        try:
+            parts.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            continue
+    return f"autotune {__version__} ({', '.join(parts)})"
+
+
+def _current_gpu(hint: str) -> Any:
+    """This GPU, or one sentence saying why there is none followed by what this command can do instead."""
     from .device import current_gpu
+    from .errors import NoGPUError
+
+    try:
+        return current_gpu()
+    except NoGPUError as exc:
+        raise NoGPUError(f"{exc}; {hint}") from None
+
+
+def cmd_ladder(args: argparse.Namespace) -> int:
     from .evaluate import Settings
     from .ladder import measure_ladder
     from .report import markdown_table
@@ -172,7 +225,7 @@ def cmd_ladder(args: argparse.Namespace) -> int:
     from .store import entry_key, read, tuned_file
     from .verify import tolerance_for
 
-    gpu = current_gpu()
+    gpu = _current_gpu("the ladder measures kernels on the GPU it tunes for, so it needs one")
     path = tuned_file(args.tuned_dir or default_tuned_dir(), gpu.key, "gemm")
     key = entry_key(args.dtype, "NN", args.shape.replace(" ", ""))
     entry = read(path)["entries"].get(key)
@@ -250,9 +303,9 @@ COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --lim
 
 
 def compile_only(spec: Any, args: argparse.Namespace) -> int:
-    from .compile_pool import CompilePool
     from .compiler import nvrtc_version, require_nvrtc
     from .evaluate import Candidate, Settings, render_candidate, static_check
+    from .progress import Progress
     from .report import compile_table
     from .space import Config
 
@@ -260,9 +313,7 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
     arch = args.arch
     max_shared = 227 * 1024
     if arch is None:
-        from .device import current_gpu
-
-        gpu = current_gpu()
+        gpu = _current_gpu("pass --arch sm_90 (or another sm_XX) to compile for an architecture without one")
         arch, max_shared = gpu.arch, gpu.max_shared_per_block
     if not arch.startswith("sm_") or not arch[3:].isdigit():
         raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
@@ -304,18 +355,25 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
                 f"{spec.path}: its space has {size:,} configurations before constraints, too many to render "
                 "every one; compile a seeded sample with --limit N"
             )
-        for config in spec.space.enumerate():
+        print(
+            f"{spec.path}: no --limit, so every configuration that passes the constraints is rendered and compiled "
+            f"({size:,} before constraints); --limit N compiles a seeded sample instead",
+            file=sys.stderr,
+        )
+        bar = Progress("rendering", None, None, unit="configurations")
+        for n, config in enumerate(spec.space.enumerate(), 1):
             add(config)
+            bar.update(n, f"{len(candidates):,} distinct sources")
+        bar.close()
         rendered = candidates
-        found = f"{len(rendered)} valid sources"
+        found = f"{len(rendered):,} valid sources"
     print(
-        f"{spec.path}: {found} ({invalid} candidates rejected before compiling); "
-        f"compiling {len(rendered)} for {arch} with NVRTC {nvrtc_version()}",
+        f"{spec.path}: {found} ({invalid:,} candidates rejected before compiling); "
+        f"compiling {len(rendered):,} for {arch} with NVRTC {nvrtc_version()} on {min(args.jobs, len(rendered))} "
+        "processes",
         file=sys.stderr,
     )
-    with CompilePool(arch, jobs=min(args.jobs, len(rendered))) as pool:
-        handles = [pool.submit(c) for c in rendered]
-        results = [pool.result(h) for h in handles]
+    results = _compile_all(rendered, arch, args.jobs)
     rows = [
         {
             "kernel": r.kernel_name,
@@ -332,8 +390,38 @@ def compile_only(spec: Any, args: argparse.Namespace) -> int:
     print(compile_table(rows))
     failed = sum(not r.ok for r in results)
     spilled = sum(r.ok and r.spills > 0 for r in results)
-    print(f"{len(results) - failed} compiled, {failed} failed, {spilled} spill registers", file=sys.stderr)
+    print(f"{len(results) - failed} compiled, {failed} failed, {_spill_note(spilled)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _spill_note(kernels: int) -> str:
+    """``0 kernels spill registers``, ``1 kernel spills registers``: a count of kernels, not of registers."""
+    return f"{kernels} kernel spills registers" if kernels == 1 else f"{kernels} kernels spill registers"
+
+
+def _time_left(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f", about {seconds:.0f} s left" if seconds < 120 else f", about {seconds / 60:.0f} min left"
+
+
+def _compile_all(rendered: list[Any], arch: str, jobs: int) -> list[Any]:
+    """Compile every rendered candidate in a process pool, in order, with a progress bar on stderr."""
+    from .compile_pool import CompilePool
+    from .progress import Progress
+
+    if not rendered:
+        return []
+    bar = Progress("compiling", len(rendered), None, unit="kernels")
+    results, failed = [], 0
+    with CompilePool(arch, jobs=min(jobs, len(rendered))) as pool:
+        handles = [pool.submit(c) for c in rendered]
+        for h in handles:
+            results.append(pool.result(h))
+            failed += not results[-1].ok
+            bar.update(len(results), f"{failed} failed{_time_left(bar.remaining_s())}")
+    bar.close(f"{failed} failed")
+    return results
 
 
 def _dynamic_smem(spec: Any, c: Any) -> int:
@@ -347,7 +435,6 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
 
     from .compile_pool import CompilePool
     from .compiler import nvrtc_version, require_nvrtc
-    from .device import current_gpu
     from .evaluate import Settings
     from .kernels import FAMILIES
     from .progress import Progress
@@ -358,7 +445,7 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .verify import tolerance_for
     from .worker import GPUWorker
 
-    gpu = current_gpu()
+    gpu = _current_gpu("use --compile-only --arch sm_90 to compile without one")
     require_nvrtc()
     import optuna
 

@@ -33,6 +33,36 @@ def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def driver_loads() -> bool:
+    """Whether the NVIDIA driver's user-space library (libcuda) can be loaded: False on a machine with no driver."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def no_gpu_reason(exc: BaseException) -> str:
+    """Why CUDA cannot be used, in words: no driver at all reads differently from an old one.
+
+    The CUDA runtime answers "CUDA driver version is insufficient" both when the driver is too old and when
+    there is none; only the first is about versions.
+    """
+    status = getattr(exc, "status", None)
+    if not driver_loads():
+        return "there is no NVIDIA driver on this machine (libcuda cannot be loaded), so no GPU can be used"
+    if status == 35:  # cudaErrorInsufficientDriver with a driver present: it is older than the runtime
+        return "the NVIDIA driver is older than the CUDA runtime CuPy was built for; update the driver"
+    if status == 100:  # cudaErrorNoDevice
+        return "the NVIDIA driver finds no GPU (check CUDA_VISIBLE_DEVICES)"
+    first = (str(exc).splitlines() or [""])[0][:120]
+    return f"no usable CUDA GPU ({type(exc).__name__}: {first})"
+
+
 def current_gpu(device: int | None = None) -> GPUInfo:
     """Describe ``device`` (default: the current one), or raise NoGPUError saying why there is none."""
     try:
@@ -41,13 +71,10 @@ def current_gpu(device: int | None = None) -> GPUInfo:
         raise NoGPUError("CuPy is not installed, so no GPU can be used; install cupy-cuda13x") from None
     try:
         count = cp.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - every flavour of "no driver / no device" reads the same
-        raise NoGPUError(
-            f"no usable CUDA GPU ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
-            "use --compile-only --arch sm_90 to compile without one"
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - every flavour of "no driver / no device" is told apart in words
+        raise NoGPUError(no_gpu_reason(exc)) from None
     if count < 1:
-        raise NoGPUError("no CUDA GPU is visible; use --compile-only --arch sm_90 to compile without one")
+        raise NoGPUError("no CUDA GPU is visible (check CUDA_VISIBLE_DEVICES)")
     dev = cp.cuda.Device(device) if device is not None else cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     attrs = dev.attributes

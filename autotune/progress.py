@@ -8,8 +8,15 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, label: str, total: int | None, deadline_s: float | None, stream: TextIO | None = None) -> None:
-        self.label, self.total, self.deadline_s = label, total, deadline_s
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        deadline_s: float | None,
+        stream: TextIO | None = None,
+        unit: str = "trials",
+    ) -> None:
+        self.label, self.total, self.deadline_s, self.unit = label, total, deadline_s, unit
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
@@ -28,10 +35,16 @@ class Progress:
     def update(self, done: int, note: str = "") -> None:
         self.done, self.note = done, note or self.note
         now = time.monotonic()
-        if not self.tty and now - self._last_line < 5.0:
+        if now - self._last_line < (0.1 if self.tty else 5.0):  # a terminal redraws 10 times a second at most
             return
         self._last_line = now
         self._draw(end="" if self.tty else "\n")
+
+    def remaining_s(self) -> float | None:
+        """Seconds left at the pace so far, when a total is known and something is done."""
+        if not self.total or not self.done:
+            return None
+        return (time.monotonic() - self.start) / self.done * (self.total - self.done)
 
     def close(self, note: str = "") -> None:
         self.note = note or self.note
@@ -43,7 +56,7 @@ class Progress:
         bar = "#" * filled + "-" * (width - filled)
         total = f"/{self.total}" if self.total else ""
         elapsed = time.monotonic() - self.start
-        line = f"{self.label} [{bar}] {self.done}{total} trials {elapsed:5.0f}s  {self.note}"
+        line = f"{self.label} [{bar}] {self.done}{total} {self.unit} {elapsed:5.0f}s  {self.note}"
         prefix = "\r\x1b[2K" if self.tty else ""
         self.stream.write(prefix + line + end)
         self.stream.flush()

@@ -20,6 +20,7 @@ import base64
 import datetime as dt
 import html
 import io
+import logging
 import math
 import re
 import shutil
@@ -32,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AutotuneError
+from .storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
+
+log = logging.getLogger(__name__)
 
 # Ceilings measured on the H200 test host (/work/shared/GPU.md): fp32 FMA peak and device-to-device copy
 # bandwidth (bytes read + written). Runs of a GPU not listed here use these unless ``ceilings`` is given.
@@ -167,11 +171,18 @@ def _read_journal(path: Path, run: str) -> list[_Study]:
         copy = Path(tmp) / "copy.journal"
         try:
             shutil.copyfile(path, copy)
+            if set_aside_torn_tail(copy):  # a killed write, or a record a tuner is writing right now
+                log.warning("%s: its last record is cut short; reading the records before it", path)
             storage = JournalStorage(JournalFileBackend(str(copy)))
             return _studies_of(storage, run, path.stem, str(path))
         except OSError as exc:
             raise AutotuneError(f"{path} cannot be read ({exc.strerror})") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:  # JSONDecodeError is a ValueError
+            bad = first_bad_line(copy)
+            if bad is not None:
+                raise AutotuneError(
+                    f"{path}, line {bad[0]}: {bad[1]}, so it is not a readable Optuna study journal"
+                ) from None
             raise AutotuneError(f"{path} is not an Optuna study journal ({type(exc).__name__}: {exc})") from None
 
 
@@ -179,14 +190,18 @@ def _read_url(url: str) -> list[_Study]:
     import optuna
 
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise AutotuneError(f"{url}: no such SQLite file")
+        raise AutotuneError(f"{redact(url)}: no such SQLite file")
+    check_url(url)
     try:
         storage = optuna.storages.get_storage(url)
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
-        raise AutotuneError(f"{url} cannot be opened as an Optuna storage ({type(exc).__name__}: {exc})") from None
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise AutotuneError(
+            f"{redact(url)} cannot be opened as an Optuna storage ({type(exc).__name__}: {first})"
+        ) from None
     studies = _studies_of(storage, url, None, url)
     if not studies:
-        raise AutotuneError(f"{url} holds no Optuna studies")
+        raise AutotuneError(f"{redact(url)} holds no Optuna studies")
     return studies
 
 
@@ -497,13 +512,22 @@ def _config_summary(source: str, kernel_name: str) -> Any:
     return df.assign(layout=None, gpu=df["gpu"].fillna(df["run"]))[_SUMMARY]
 
 
+_CONFIG_REF = re.compile(r"(?P<source>.+)@(?P<kernel>[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+)")
+
+
+def config_ref(text: str) -> tuple[str, str] | None:
+    """``runs/gemm@gemm_simt_bm128_...`` -> (source, kernel name); None for a plain source, including a URL
+    with a user (``postgresql://tuner@db/autotune``): a kernel name has no ``/``, ``:`` or ``.``."""
+    m = _CONFIG_REF.fullmatch(text)
+    return (m["source"], m["kernel"]) if m else None
+
+
 def _summary(source: str | Path) -> Any:
     """Best per shape of a run (journal, runs/ directory, URL) or of tuned results (directory or file);
     ``SOURCE@KERNEL_NAME`` picks one configuration of a run instead of its best."""
-    text = str(source)
-    if "@" in text and "://" not in text.split("@")[-1]:
-        where, _, kernel_name = text.rpartition("@")
-        return _config_summary(where, kernel_name)
+    ref = config_ref(str(source))
+    if ref is not None:
+        return _config_summary(*ref)
     if _is_tuned(source):
         return best(source)[_SUMMARY]
     df = best_per_shape(trials(source))
@@ -1096,16 +1120,78 @@ def report_command(source: str, tuned_dir: Path | None, out: Path) -> int:
     return 0
 
 
-def compare_command(a: str, b: str, out: Path) -> int:
-    """``autotune compare``: print B over A per shape and write compare.csv and compare.md."""
+def compare_command(a: str, b: str, out: Path, show_all: bool = False) -> int:
+    """``autotune compare``: print B over A per shape and write compare.csv (every row) and compare.md."""
     df = compare(a, b)
-    shown = _display(df, _COMPARE_COLUMNS)
-    print(f"A: {a}\nB: {b}\n")
+    shown, notes = compare_view(df, show_all, list_winners=config_ref(a) is None and config_ref(b) is None)
+    sides = [f"{name}: {src}{_gpu_of(df, f'gpu_{name.lower()}')}" for name, src in (("A", a), ("B", b))]
+    print("\n".join(sides) + "\n")
     print(_text(shown))
+    for note in notes:
+        print(note)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "compare.csv", index=False)
-    md = f"# autotune compare\n\n- A: {a}\n- B: {b}\n\nB/A time above 1: B is slower.\n\n{markdown_table(shown)}\n"
+    md = "# autotune compare\n\n" + "".join(f"- {s}\n" for s in sides)
+    md += f"\nB/A time above 1: B is slower.\n\n{markdown_table(shown)}\n"
+    md += "".join(f"\n{note}\n" for note in notes)
     (out / "compare.md").write_text(md)
     print(f"\nwrote {out / 'compare.csv'}, {out / 'compare.md'}")
     return 0
+
+
+_COMPARE_LISTED = 3  # shapes named in the line that says which rows were left out
+
+
+def compare_view(df: Any, show_all: bool = False, list_winners: bool = True) -> tuple[Any, list[str]]:
+    """The narrow table people read, and lines saying what it leaves out (compare.csv keeps every column).
+
+    Only shapes measured on both sides, unless ``show_all``; one GPU per side goes in the header, not in a
+    column; kernel names, ~70 characters each, are listed below the table for the shapes whose winners differ.
+    """
+    both = df["median_ms_a"].notna() & df["median_ms_b"].notna()
+    rows = df if show_all else df[both]
+    notes = []
+    for side, other in (("a", "b"), ("b", "a")):
+        only = df[df[f"median_ms_{side}"].notna() & df[f"median_ms_{other}"].isna()]
+        if len(only) and not show_all:
+            names = [_row_label(r) for _, r in only.iterrows()]
+            listed = ", ".join(names[:_COMPARE_LISTED]) + (", ..." if len(names) > _COMPARE_LISTED else "")
+            what = "1 shape" if len(only) == 1 else f"{len(only)} shapes"
+            notes.append(f"omitted: {what} only in {side.upper()} ({listed}); --all shows them")
+    columns = {
+        k: v for k, v in _COMPARE_COLUMNS.items() if not k.startswith("kernel_name") and k not in ("gpu_a", "gpu_b")
+    }
+    if "gpu" not in df.columns:
+        columns.pop("gpu", None)
+    shown = _display(rows, columns)
+    same = [_same_kernel(r) for _, r in rows.iterrows()]
+    shown["winner"] = ["same" if s else ("differs" if s is False else "-") for s in same]
+    differing = [(_row_label(r), r) for (_, r), s in zip(rows.iterrows(), same, strict=True) if s is False]
+    if differing and list_winners:  # (two configurations of a run: their names are the sides already)
+        notes.append("winners that differ:")
+        for label, r in differing:
+            notes.append(f"  {label}\n    A {r['kernel_name_a']}\n    B {r['kernel_name_b']}")
+    if not both.any():
+        notes.insert(0, "no shape is measured on both sides")
+    return shown, notes
+
+
+def _same_kernel(r: Any) -> bool | None:
+    a, b = r.get("kernel_name_a"), r.get("kernel_name_b")
+    if not isinstance(a, str) or not isinstance(b, str):
+        return None
+    return a == b
+
+
+def _row_label(r: Any) -> str:
+    gpu, shape = r.get("gpu"), str(r.get("shape"))
+    return f"{gpu} {shape}" if isinstance(gpu, str) else shape
+
+
+def _gpu_of(df: Any, column: str) -> str:
+    """`` (nvidia-h200-sm90)`` when that side holds one GPU, else nothing."""
+    if column not in df.columns:
+        return ""
+    gpus = sorted({g for g in df[column] if isinstance(g, str)})
+    return f" ({gpus[0]})" if len(gpus) == 1 else ""

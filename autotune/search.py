@@ -30,6 +30,7 @@ from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
 from .space import Config, Nearest
 from .spec import Spec
+from .storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
 from .templates import template_hash
 
 log = logging.getLogger(__name__)
@@ -79,14 +80,61 @@ def default_storage(spec: Spec, gpu_key: str, runs_dir: Path) -> str:
 
 
 def open_storage(storage: str) -> Any:
-    """A journal file path or any Optuna storage URL (sqlite:///..., postgresql://...)."""
+    """A journal file path or any Optuna storage URL (sqlite:///..., postgresql://...).
+
+    A bad URL, a missing database driver or an unreadable journal is one sentence (AutotuneError). A journal
+    whose last record was cut short is repaired first: the fragment is set aside beside it (one warning).
+    """
     import optuna
-    from optuna.storages import JournalStorage
 
     if "://" in storage:
-        return optuna.storages.get_storage(storage)
-    Path(storage).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(_journal_file(storage))
+        check_url(storage)
+        try:
+            return optuna.storages.get_storage(storage)
+        except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise AutotuneError(
+                f"{redact(storage)} cannot be opened as an Optuna storage ({type(exc).__name__}: {first})"
+            ) from None
+    path = Path(storage)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backend = _journal_file(storage)
+        note = _repair_journal(path)
+    except OSError as exc:
+        raise AutotuneError(f"journal {path} cannot be opened ({exc.strerror or exc})") from None
+    if note:
+        log.warning("%s", note)
+    return open_journal(path, backend)
+
+
+def _repair_journal(path: Path) -> str | None:
+    """Set a torn trailing record aside under the journal's own lock (no writer appends meanwhile)."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))  # the lock file the backend's appends take
+    lock.acquire()
+    try:
+        return set_aside_torn_tail(path)
+    finally:
+        lock.release()
+
+
+def open_journal(path: Path, backend: Any) -> Any:
+    """Optuna's JournalStorage over ``backend``; a journal it cannot replay is one sentence naming the line."""
+    from optuna.storages import JournalStorage
+
+    try:
+        return JournalStorage(backend)
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:  # JSONDecodeError is a ValueError
+        bad = first_bad_line(path)
+        if bad is None:
+            raise AutotuneError(
+                f"{path}: Optuna cannot replay this journal ({type(exc).__name__}); move it aside to start afresh"
+            ) from None
+        raise AutotuneError(
+            f"{path}, line {bad[0]}: {bad[1]}; remove that line, or move the journal aside to start afresh"
+        ) from None
 
 
 def _journal_file(path: str) -> Any:
@@ -240,17 +288,49 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _fail_orphans(study: Any) -> None:
-    """Trials left RUNNING by a process of this host that no longer exists were interrupted."""
+def orphan_reason(trial: Any, host: str | None = None) -> str | None:
+    """Why a RUNNING trial can no longer finish, or None while its process may still be running it.
+
+    Every trial this module asks for carries its owner (host:pid) from the moment it exists (see
+    :func:`_ask_owned`). A trial with no owner was asked by a process killed before it could mark it (an
+    older autotune asked first and marked later); a trial whose owner on this host is gone was interrupted.
+    Owners on other hosts cannot be checked from here and are left alone.
+    """
+    owner = trial.user_attrs.get("owner")
+    if not owner:
+        return "interrupted: its process ended before it marked the trial as its own"
+    h, _, pid = str(owner).rpartition(":")
+    if h == (host or socket.gethostname()) and pid.isdigit() and not _pid_alive(int(pid)):
+        return f"interrupted: its process ({owner}) ended before the trial finished"
+    return None
+
+
+def fail_orphans(study: Any, storage: Any) -> int:
+    """Fail the study's RUNNING trials that no live process will finish, each with its reason; how many.
+
+    Public Optuna API only: the reason goes in through the storage's ``set_trial_user_attr`` and the trial
+    ends with ``study.tell(number, state=FAIL)``.
+    """
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    host = socket.gethostname()
+    study_id = storage.get_study_id_from_name(study.study_name)
+    failed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner = t.user_attrs.get("owner", "")
-        h, _, pid = owner.rpartition(":")
-        if h == host and pid.isdigit() and not _pid_alive(int(pid)):
-            study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        reason = orphan_reason(t)
+        if reason is None:
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        try:
+            storage.set_trial_user_attr(trial_id, "status", "interrupted")
+            storage.set_trial_user_attr(trial_id, "result", {"reason": reason})
+        except UpdateFinishedTrialError:  # another process starting at the same time failed it first
+            continue
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        failed += 1
+    if failed:
+        log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, failed)
+    return failed
 
 
 @dataclass
@@ -316,7 +396,7 @@ def tune_shape(
         settings = replace(settings, energy=True)
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
-    _fail_orphans(study)
+    fail_orphans(study, storage)
     feasible = feasible_configs(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -460,9 +540,7 @@ def _ask_one(
         fixed, repaired = repaired if repaired is not None else next(proposals, None), None
         if fixed is None and spec.sampler in ("brute", "random"):
             return None
-        if fixed is not None:
-            study.enqueue_trial(fixed)
-        trial = study.ask()
+        trial = _ask_owned(study, fixed)
         values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
         config = Config.of(values)
         if config.key in state.seen:
@@ -487,8 +565,22 @@ def _ask_one(
             repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
             continue
         state.stale = 0
-        trial.set_user_attr("owner", _owner())  # lets a later run fail it as interrupted if this process dies
         return trial, render_candidate(candidate, settings)
+
+
+def _ask_owned(study: Any, fixed: dict[str, Any] | None) -> Any:
+    """``study.ask()`` for a trial that carries this process as its owner from the moment it exists.
+
+    The trial is enqueued with its owner and then asked for, so a kill at any point leaves either a waiting
+    trial (asked by the next run) or a running one whose owner is known (failed as interrupted by the next
+    run, see :func:`fail_orphans`). Should another process's waiting trial be popped instead, it is re-marked.
+    """
+    owner = _owner()
+    study.enqueue_trial(fixed or {}, user_attrs={"owner": owner})
+    trial = study.ask()
+    if trial.user_attrs.get("owner") != owner:
+        trial.set_user_attr("owner", owner)
+    return trial
 
 
 def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import jinja2
 
+from .errors import AutotuneError
 from .kernels import FAMILIES
 
 
@@ -52,6 +53,57 @@ def template_hash(kernel: str, template: str) -> str:
     return hashlib.sha256(template_path(kernel, template).read_bytes()).hexdigest()[:16]
 
 
+class TemplateRenderError(AutotuneError):
+    """A template cannot be rendered: ``file:line: what Jinja says`` (syntax, undefined name, missing include)."""
+
+
+def render_file(name: str, context: dict[str, Any]) -> str:
+    """Render the template ``name`` (relative to :func:`template_root`) with ``context``.
+
+    A Jinja error becomes a :class:`TemplateRenderError` of one line naming the template file and line, e.g.
+    ``templates/gemm/simt.cu.j2:42: 'BM' is undefined``.
+    """
+    try:
+        return _environment().get_template(name).render(context)
+    except jinja2.TemplateSyntaxError as exc:  # the file (or a file it includes) does not parse
+        raise TemplateRenderError(f"{_where(exc.filename or exc.name or name, exc.lineno)}: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        file, line = _template_frame(exc.__traceback__)
+        what = f"{exc.name} is not a template under {_shown(str(template_root()))}"
+        if file is None:  # the top-level template itself
+            raise TemplateRenderError(what) from None
+        raise TemplateRenderError(f"{_where(file, line)}: includes {what}") from None
+    except jinja2.TemplateError as exc:  # UndefinedError and the rest: raised while rendering, at a template line
+        file, line = _template_frame(exc.__traceback__)
+        raise TemplateRenderError(f"{_where(file or name, line)}: {exc.message or type(exc).__name__}") from None
+
+
+def _template_frame(tb: Any) -> tuple[str | None, int | None]:
+    """The innermost traceback frame in a template file: Jinja rewrites its frames to the template's lines."""
+    found: tuple[str | None, int | None] = (None, None)
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            found = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _shown(path: str) -> str:
+    """A template path as people read it: relative to the checkout (``templates/gemm/simt.cu.j2``) when inside."""
+    p = Path(path)
+    for base in (Path.cwd(), template_root().parent):
+        try:
+            return str(p.resolve().relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return path
+
+
+def _where(path: str, line: int | None) -> str:
+    return f"{_shown(path)}:{line}" if line else _shown(path)
+
+
 @dataclass(frozen=True)
 class Rendered:
     kernel_name: str
@@ -68,7 +120,7 @@ def render(kernel: str, template: str, params: dict[str, Any], problem: Any) -> 
     concrete = family.resolve(template, params)
     name = family.kernel_name(concrete, params, problem)
     context = {**params, **family.context(concrete, params, problem), "kernel_name": name}
-    source = _environment().get_template(f"{template_dir(kernel)}/{concrete}.cu.j2").render(context)
+    source = render_file(f"{template_dir(kernel)}/{concrete}.cu.j2", context)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     return Rendered(name, source, digest, template_hash(kernel, concrete), concrete)
 

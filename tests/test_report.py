@@ -19,6 +19,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from autotune import report
@@ -211,7 +212,7 @@ def test_a_runs_directory_reads_every_journal_and_a_url_reads_the_storage(tmp_pa
     "source, words",
     [
         ("no/such/journal", ["does not exist"]),
-        (str(DATA / "tuned" / "nvidia-h200-sm90" / "gemm.json"), ["not an Optuna study journal"]),
+        (str(DATA / "tuned" / "nvidia-h200-sm90" / "gemm.json"), ["line 1: it is not JSON", "Optuna study journal"]),
         (str(DATA / "tuned"), ["no study journals"]),
         ("sqlite:///no/such.db", ["no such SQLite file"]),
     ],
@@ -435,3 +436,34 @@ def test_compare_two_configurations_of_a_run():
         assert row["ms_ratio"] == pytest.approx(b / a) and row["ms_ratio"] > 1
     with pytest.raises(AutotuneError, match="no complete trial of gemm_nothing"):
         report.compare(f"{source}@gemm_nothing", source)
+
+
+def test_cli_compare_is_narrow_and_says_what_it_leaves_out(tmp_path, capsys):
+    """A run of 2 shapes against tuned results of 6: the 4 one-sided shapes are one line, not 4 half-empty rows."""
+    assert main(["compare", str(JOURNAL), str(TUNED), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    paths = ("A: ", "B: ", "wrote ")  # lines that hold the (absolute) paths given
+    assert max(len(line) for line in out.splitlines() if not line.startswith(paths)) <= 100
+    table = [ln for ln in out.splitlines() if ln.strip().startswith("gemm ")]
+    assert sorted(ln.split()[3] for ln in table) == ["16x4096x4096", "4096x4096x4096"]
+    omitted = [ln for ln in out.splitlines() if ln.startswith("omitted:")]
+    assert len(omitted) == 1 and "4 shapes only in B" in omitted[0] and "--all" in omitted[0]
+    assert "(nvidia-h200-sm90)" in out and "A kernel" not in out
+    assert len(pd.read_csv(tmp_path / "compare.csv")) == 6, "compare.csv lost the one-sided rows"
+    assert main(["compare", str(JOURNAL), str(TUNED), "--out", str(tmp_path), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "omitted" not in out and len([ln for ln in out.splitlines() if ln.strip().startswith("gemm ")]) == 6
+
+
+def test_compare_lists_differing_winners_below_the_table():
+    df = report.compare(JOURNAL, JOURNAL)
+    df.loc[df.index[0], "kernel_name_b"] = "gemm_simt_other"
+    shown, notes = report.compare_view(df)
+    assert list(shown["winner"]) == ["differs", "same"]
+    assert notes[0] == "winners that differ:" and "B gemm_simt_other" in notes[1]
+    assert report.compare_view(df, list_winners=False)[1] == []
+
+
+def test_a_url_with_a_user_is_not_a_configuration_reference():
+    assert report.config_ref("postgresql://tuner@db/autotune") is None
+    assert report.config_ref("runs/gemm@gemm_simt_bm128") == ("runs/gemm", "gemm_simt_bm128")
