@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import functools
 import logging
 import math
 import os
@@ -56,10 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("spec", help="path to a YAML tuning spec, e.g. configs/gemm.yaml")
+    run.add_argument(
+        "spec", help="a YAML tuning spec (e.g. configs/gemm.yaml) or a workload written by autotune.record()"
+    )
     run.add_argument("--shape", action="append", metavar="MxNxK", help="tune only this shape (repeatable)")
     run.add_argument("--trials", type=int, metavar="N", help="evaluated candidates per shape (overrides budget.trials)")
-    run.add_argument("--minutes", type=float, metavar="M", help="wall time per shape (overrides budget.minutes)")
+    run.add_argument(
+        "--minutes", type=float, metavar="M",
+        help="wall time per shape (overrides budget.minutes); for a workload, the whole model's budget (default 20)",
+    )  # fmt: skip
+    run.add_argument(
+        "--slice-minutes", type=float, metavar="M",
+        help="workloads: tuning slice the scheduler hands to one problem at a time (default: budget / 3 problems)",
+    )  # fmt: skip
     run.add_argument(
         "--sampler", choices=("tpe", "random", "gp", "cmaes", "brute", "nsga2"), help="override the spec's sampler"
     )
@@ -276,6 +283,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise AutotuneError(f"--abort-ratio must be 0 (never abort) or at least 1, got {args.abort_ratio}")
     if args.arch and not args.compile_only:
         raise AutotuneError("--arch only applies with --compile-only; a tuning run uses the GPU's own arch")
+    _positive("--slice-minutes", args.slice_minutes)
+    if _is_workload_file(args.spec):
+        return tune_workload(args)
     spec = load_spec(args.spec)
     problems = list(spec.problems)
     if args.shape:
@@ -430,153 +440,78 @@ def _dynamic_smem(spec: Any, c: Any) -> int:
     return FAMILIES[spec.kernel].launch(spec.template, c.candidate.config.as_dict(), c.candidate.problem).shared_bytes
 
 
-def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
-    from dataclasses import replace
+def _is_workload_file(path: str) -> bool:
+    """Whether ``path`` holds a workload (a ``problems`` list) rather than a tuning spec; unreadable: a spec,
+    whose loader then says what is wrong."""
+    import yaml
 
-    from .compile_pool import CompilePool
-    from .compiler import nvrtc_version, require_nvrtc
-    from .evaluate import Settings
-    from .kernels import FAMILIES
+    from .workload import is_workload
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = f.read(1 << 20)
+        return is_workload(yaml.safe_load(head))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+
+
+def _run_options(args: argparse.Namespace) -> Any:
+    from .session import RunOptions
+
+    return RunOptions(
+        tuned_dir=args.tuned_dir, runs_dir=args.runs_dir, storage=args.storage, jobs=args.jobs, timeout=args.timeout,
+        abort_ratio=args.abort_ratio, force=args.force, energy=args.energy, verbose=args.verbose,
+    )  # fmt: skip
+
+
+def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .progress import Progress
     from .report import final_table, problem_name
-    from .search import SEARCH_PLAN, default_storage, open_storage, tune_shape
-    from .store import entry_key, merge, read, tuned_file
-    from .templates import installed_renders, template_hash
-    from .verify import tolerance_for
-    from .worker import GPUWorker
+    from .session import TuningSession
 
     gpu = _current_gpu("use --compile-only --arch sm_90 to compile without one")
-    require_nvrtc()
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose < 2 else optuna.logging.INFO)
-    out_path = tuned_file(args.tuned_dir, gpu.key, spec.kernel)
-    read(out_path)  # a corrupt results file is reported now, before any tuning time is spent
-    templates = FAMILIES[spec.kernel].templates
-
-    def installed(template: str) -> str | None:
-        return template_hash(spec.kernel, template) if template in templates else None
-
-    storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
-    storage = open_storage(storage_url)
-    settings = Settings(
-        arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
-        registers_per_block=gpu.registers_per_block, registers_per_sm=gpu.registers_per_sm,
-        shared_per_sm=gpu.shared_per_sm, threads_per_sm=gpu.threads_per_sm, timing=SEARCH_PLAN, seed=spec.seed,
-        timeout_s=args.timeout, energy=spec.measures_energy or args.energy,
-    )  # fmt: skip
-    if settings.energy:
-        _check_energy(spec)
     trials = args.trials if args.trials is not None else spec.budget.trials
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes
-    print(f"{gpu.name} ({gpu.key}); studies in {storage_url}", file=sys.stderr)
-    versions = _versions(gpu, nvrtc_version())
-    header = {"kernel": spec.kernel, "gpu": {"name": gpu.name, "arch": gpu.arch, "key": gpu.key,
-                                             "multiprocessors": gpu.multiprocessors}}  # fmt: skip
     outcomes, stored = [], {}
-    with GPUWorker() as worker, CompilePool(gpu.arch, jobs=args.jobs, timeout_s=args.timeout * 4) as compiler:
-        worker.warm()
-        compiler.warm()
+    session = TuningSession(_run_options(args), gpu)
+    out_path = session.tuned_path(spec.kernel)  # a corrupt results file or a bad storage URL: before any GPU work
+    session.storage(spec)
+    with session:
+        print(f"{gpu.name} ({gpu.key}); studies in {session.storage_url(spec)}", file=sys.stderr)
         for i, problem in enumerate(problems, 1):
             bar = Progress(f"[{i}/{len(problems)}] {problem_name(problem)}", trials, minutes * 60 if minutes else None)
-            shape_settings = replace(settings, tolerance=tolerance_for(problem.dtype, spec.tolerance))
-            outcome = tune_shape(
-                spec, problem, shape_settings, storage, trials=trials, minutes=minutes, evaluator=worker,
-                compiler=compiler, prefetch=max(4, 2 * args.jobs), abort_ratio=args.abort_ratio, progress=bar.update,
-            )  # fmt: skip
+            result = session.tune(spec, problem, trials, minutes, bar.update)
+            outcome = result.outcome
             repaired = f" ({outcome.repaired} repaired to a feasible neighbour)" if outcome.repaired else ""
             bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}{repaired}")
             outcomes.append(outcome)
             if outcome.best is not None:
-                entry = _entry(spec, outcome, shape_settings, versions)
-                key = entry_key(problem.dtype, problem.layout, problem.label)
-                result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),
-                               installed=installed, unchanged=functools.partial(installed_renders, spec.kernel,
-                                                                                problem=problem))  # fmt: skip
-                stored[problem_name(problem)] = "yes" if result.stored else "no (kept faster)"
+                stored[problem_name(problem)] = result.stored
     print()
     print(final_table(outcomes, stored))
     print(f"\nresults: {out_path}")
     return 0 if all(o.best is not None for o in outcomes) else 1
 
 
-def _check_energy(spec: Any) -> None:
-    """Energy needs NVML: stop before tuning when the objective needs it, else say it will not be measured."""
-    from .energy import EnergyMeter
+def tune_workload(args: argparse.Namespace) -> int:
+    """``autotune run workload.yaml``: the model's problems in slices of one budget (``--minutes``, in total)."""
+    from .session import TuningSession
+    from .tune_workload import run_workload
+    from .workload import load_workload
 
-    meter = EnergyMeter()
-    if meter.available:
-        print(f"energy per launch: {meter.method} (NVML, read only)", file=sys.stderr)
-    elif spec.measures_energy:
-        objective = "[" + ", ".join(spec.objectives) + "]" if len(spec.objectives) > 1 else spec.objectives[0]
-        raise AutotuneError(f"objective {objective} needs energy readings, but {meter.reason}")
-    else:
-        print(f"autotune: energy will not be measured: {meter.reason}", file=sys.stderr)
-    meter.close()
+    for flag, value in (("--trials", args.trials), ("--shape", args.shape), ("--compile-only", args.compile_only)):
+        if value:
+            raise AutotuneError(f"{flag} does not apply to a workload; its budget is --minutes for the whole model")
+    workload = load_workload(args.spec)
+    minutes = args.minutes if args.minutes is not None else DEFAULT_WORKLOAD_MINUTES
+    gpu = _current_gpu("a workload is tuned on the GPU that will run it")
+    print(f"{gpu.name} ({gpu.key}): {workload.name}, {len(workload.tasks)} problems, {minutes:g} min", file=sys.stderr)
+    with TuningSession(_run_options(args), gpu) as session:
+        return run_workload(workload, minutes, session, slice_minutes=args.slice_minutes)
 
 
-def _pareto(o: Any, spec: Any) -> list[dict[str, Any]] | None:
-    """The time-energy front of a shape as stored beside its fastest entry (None when energy was not tuned)."""
-    from .kernels import FAMILIES
-
-    if not o.pareto:
-        return None
-    family = FAMILIES[spec.kernel]
-    return [
-        {
-            "template": family.resolve(spec.template, r.config.as_dict()),
-            "params": {k: v for k, v in r.config.as_dict().items() if k != "TEMPLATE"},
-            "kernel_name": r.kernel_name, "median_ms": r.median_ms,
-            "energy_j": r.energy_j, "gflops_per_j": r.gflops_per_j, "tflops": r.tflops,
-            "energy_method": r.energy_method, "verified": True, "error": r.error,
-        }
-        for r in o.pareto
-    ]  # fmt: skip
+DEFAULT_WORKLOAD_MINUTES = 20.0
 
 
 def _counts(statuses: dict[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
-
-
-def _versions(gpu: Any, nvrtc: str) -> dict[str, str]:
-    import cupy
-
-    return {"cuda_driver": gpu.driver, "cuda_runtime": gpu.runtime, "nvrtc": nvrtc, "cupy": cupy.__version__}
-
-
-def _entry(spec: Any, o: Any, settings: Any, versions: dict[str, str]) -> dict[str, Any]:
-    from .kernels import FAMILIES
-
-    b = o.best
-    t = b.timing
-    return {
-        "template": FAMILIES[spec.kernel].resolve(spec.template, b.config.as_dict()),
-        "params": {k: v for k, v in b.config.as_dict().items() if k != "TEMPLATE"},
-        "kernel_name": b.kernel_name,
-        "template_hash": b.template_hash,
-        "source_hash": b.source_hash,
-        "verified": True,
-        "error": b.error,
-        "tolerance": settings.tolerance,
-        "median_ms": t.median_ms,
-        "min_ms": t.min_ms,
-        "max_ms": t.max_ms,
-        "iqr_ms": t.iqr_ms,
-        "repeats": t.repeats,
-        "tflops": b.tflops,
-        "gbps": b.gbps,
-        "registers": b.registers,
-        "extra_bytes": b.extra_bytes,  # unrolled matrix, packed operands, split partials (0: none)
-        "energy_j": b.energy_j,
-        "gflops_per_j": b.gflops_per_j,
-        "energy_method": b.energy_method,
-        "objective": list(spec.objectives),
-        "vendor": o.vendor_name,
-        "vendor_median_ms": o.vendor.median_ms if o.vendor else None,
-        "vendor_ratio": o.vendor_ratio,
-        "versions": versions,
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "trials": o.evaluated,
-        "spec": spec.path,
-        "study": o.study_name,
-    }

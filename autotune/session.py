@@ -51,14 +51,14 @@ class ProblemResult:
 class TuningSession:
     """Open with ``with TuningSession(options) as s:``; then ``s.tune(spec, problem, trials, minutes)``."""
 
-    def __init__(self, options: RunOptions) -> None:
+    def __init__(self, options: RunOptions, gpu: Any = None) -> None:
         from .compiler import nvrtc_version, require_nvrtc
         from .device import current_gpu
 
         self.options = options
-        self.gpu = current_gpu()
+        self.gpu = gpu or current_gpu()
         require_nvrtc()
-        self.versions = _versions(self.gpu, nvrtc_version())
+        self._nvrtc = nvrtc_version
         self._storages: dict[str, Any] = {}
         self._stack: Any = None
 
@@ -108,7 +108,8 @@ class TuningSession:
             timeout_s=self.options.timeout, energy=spec.measures_energy or self.options.energy,
         )  # fmt: skip
 
-    def _storage(self, spec: Any) -> Any:
+    def storage(self, spec: Any) -> Any:
+        """The spec's Optuna storage, opened once (a bad URL is one sentence before any GPU work)."""
         from .search import open_storage
 
         url = self.storage_url(spec)
@@ -124,7 +125,7 @@ class TuningSession:
         if settings.energy:
             check_energy(spec)
         outcome = tune_shape(
-            spec, problem, settings, self._storage(spec), trials=trials, minutes=minutes, evaluator=self.worker,
+            spec, problem, settings, self.storage(spec), trials=trials, minutes=minutes, evaluator=self.worker,
             compiler=self.compiler, prefetch=max(4, 2 * self.options.jobs), abort_ratio=self.options.abort_ratio,
             progress=progress,
         )  # fmt: skip
@@ -145,7 +146,7 @@ class TuningSession:
         g = self.gpu
         header = {"kernel": spec.kernel, "gpu": {"name": g.name, "arch": g.arch, "key": g.key,
                                                  "multiprocessors": g.multiprocessors}}  # fmt: skip
-        entry = tuned_entry(spec, outcome, settings, self.versions)
+        entry = tuned_entry(spec, outcome, settings, _versions(g, self._nvrtc()))
         key = entry_key(problem.dtype, problem.layout, problem.label)
         unchanged = functools.partial(installed_renders, spec.kernel, problem=problem)
         result = merge(self.tuned_path(spec.kernel), header, key, entry, force=self.options.force,

@@ -95,3 +95,19 @@ def test_format_table_aligns_columns():
                           "ours_ms": None, "served_ms": 2.0, "gain": 1.0}])  # fmt: skip
     head, row = text.splitlines()
     assert len(head) == len(row) and row.split()[5] == "-"
+
+
+def test_the_run_command_recognises_a_workload_and_refuses_per_shape_flags(tmp_path, capsys):
+    from autotune.cli import main
+
+    path = tmp_path / "w.yaml"
+    path.write_text("workload: w\nproblems:\n  - {kernel: gemm, dtype: float16, shape: 64x64x64, time_share: 1}\n")
+    assert main(["run", str(path), "--trials", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "autotune: error: --trials does not apply to a workload; its budget is --minutes for the whole model"
+    ]
+    path.write_text("workload: w\nproblems:\n  - {kernel: gemm, dtype: float16, shape: 0x64x64, time_share: 1}\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "problems[0].shape" in err[0] and "Traceback" not in err[0]
