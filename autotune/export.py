@@ -220,37 +220,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "",
         "static const autotune_tuned_config AUTOTUNE_TUNED_CONFIGS[] = {",
     ]
-    for r in rows:
-        lines.append(
-            "  {"
-            + ", ".join(
-                [
-                    _c_string(r["gpu"]),
-                    _c_string(r["kernel"]),
-                    _c_string(r["dtype"]),
-                    _c_string(r["layout"]),
-                    _c_string(r["shape"]),
-                    str(r["M"]),
-                    str(r["N"]),
-                    str(r["K"]),
-                    _c_string(r["name"]),
-                    _c_string(r["file"]),
-                    f"{r['grid'][0]}u",
-                    f"{r['grid'][1]}u",
-                    f"{r['grid'][2]}u",
-                    f"{r['block'][0]}u",
-                    f"{r['shared']}u",
-                    f"{r['scratch'][0]}ull",
-                    f"{r['scratch'][1]}ull",
-                    _c_string(r["params"]),
-                    repr(float(r["median_ms"])),
-                    repr(float(r["vendor_ratio"])),
-                    _c_string(r["before"]),
-                    _c_string(r["arch"]),
-                ]
-            )
-            + "},"  # fmt: skip
-        )
+    lines += [_row(r) for r in rows]
     lines += [
         "};",
         f"static const unsigned AUTOTUNE_TUNED_COUNT = {len(rows)}u;",
@@ -259,3 +229,13 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _row(r: dict[str, Any]) -> str:
+    """One initializer of AUTOTUNE_TUNED_CONFIGS, in the struct's field order."""
+    strings = [_c_string(r[k]) for k in ("gpu", "kernel", "dtype", "layout", "shape")]
+    sizes = [str(r[k]) for k in ("M", "N", "K")]
+    launch = [f"{v}u" for v in (*r["grid"], r["block"][0], r["shared"])] + [f"{v}ull" for v in r["scratch"]]
+    timing = [repr(float(r["median_ms"])), repr(float(r["vendor_ratio"]))]
+    fields = [*strings, *sizes, _c_string(r["name"]), _c_string(r["file"]), *launch, _c_string(r["params"]), *timing]
+    return "  {" + ", ".join([*fields, _c_string(r["before"]), _c_string(r["arch"])]) + "},"

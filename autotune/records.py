@@ -20,6 +20,7 @@ Schema history:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -129,7 +130,7 @@ def _front(name: str, v: Any) -> tuple[Mapping[str, Any], ...] | None:
         _number(f"{where}.energy_j", p.get("energy_j"))
         if p.get("verified") is not True:
             raise RecordError(f"{where}.verified must be true (only verified points are stored)")
-    return tuple(MappingProxyType(dict(p)) for p in v)
+    return tuple(MappingProxyType(copy.deepcopy(dict(p))) for p in v)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +190,7 @@ class TunedEntry:
             elif name in _REQUIRED:
                 raise RecordError(f"{name} is missing")
         known = {f.name for f in fields(cls)} - {"extra"}
-        values["extra"] = MappingProxyType({k: v for k, v in doc.items() if k not in known})
+        values["extra"] = MappingProxyType({k: copy.deepcopy(v) for k, v in doc.items() if k not in known})
         return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
@@ -202,9 +203,9 @@ class TunedEntry:
             if isinstance(v, Mapping):
                 v = dict(v)
             elif isinstance(v, tuple):
-                v = [dict(p) for p in v] if f.name == "pareto" else list(v)
+                v = [copy.deepcopy(dict(p)) for p in v] if f.name == "pareto" else list(v)
             out[f.name] = v
-        return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
+        return {**out, **{k: copy.deepcopy(v) for k, v in self.extra.items() if k not in out}}
 
 
 def _float(name: str, v: Any) -> Any:
