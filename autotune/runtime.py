@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from .compiler import CompileResult, compile_source, nvrtc_version
-from .errors import AutotuneError, StoreError
+from .errors import AutotuneError
 from .kernels import FAMILIES
-from .store import read, tuned_file
+from .store import read_or_empty, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
 
 log = logging.getLogger(__name__)
@@ -139,29 +139,19 @@ def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, la
     return None
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """A tuned file's valid entries (bad ones are skipped by ``read`` with a warning); a file that cannot be read
-    at all is served as empty, with a warning: the lookup falls back to other files or the default."""
-    try:
-        return read(path)
-    except StoreError as exc:
-        log.warning("%s; serving without it", exc)
-        return {"entries": {}}
-
-
 def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str | None = None) -> Choice:
     """Walk the lookup chain for ``problem`` on the GPU ``gpu_key`` (of architecture ``arch``)."""
     layout = layout or getattr(problem, "layout", "NN")
     own = tuned_file(tuned_dir, gpu_key, kernel)
     if own.exists():
-        found = _search_doc(kernel, _read(own), gpu_key, problem, layout)
+        found = _search_doc(kernel, read_or_empty(own), gpu_key, problem, layout)
         if found is not None:
             log.debug("%s %s: %s config from %s", kernel, problem.label, found.step, found.source)
             return found
     suffix = "-" + arch.replace("_", "")
     others = sorted(p for p in tuned_dir.glob(f"*{suffix}/{kernel}.json") if p.parent.name != gpu_key)
     for path in others:
-        found = _search_doc(kernel, _read(path), path.parent.name, problem, layout)
+        found = _search_doc(kernel, read_or_empty(path), path.parent.name, problem, layout)
         if found is not None:
             choice = Choice(found.template, found.params, "same-arch", found.source, found.entry)
             log.debug("%s %s: same-arch config from %s", kernel, problem.label, choice.source)

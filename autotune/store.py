@@ -32,6 +32,7 @@ from .records import MIGRATES, SCHEMA, EntryKey, RecordError, TunedEntry
 log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "MergeOutcome", "TunedFile", "entry_key", "load", "merge", "merge_front", "migrate", "read",
+           "read_or_empty",
            "tuned_file", "write_atomic"]  # fmt: skip
 
 
@@ -86,6 +87,16 @@ def read(path: Path) -> dict[str, Any]:
     return _as_document(tf.header, {k: e.to_json() for k, e in tf.entries.items()})
 
 
+def read_or_empty(path: Path) -> dict[str, Any]:
+    """``read``, for serving: a file that cannot be read at all counts as one without entries, with one warning
+    (once per file and reason in a process), so lookups fall back to other files or the defaults."""
+    try:
+        return read(path)
+    except StoreError as exc:
+        _warn_once((str(path), "", str(exc)), "%s; serving without it", exc)
+        return _as_document({}, {})
+
+
 def _document(path: Path) -> dict[str, Any]:
     """The JSON object of a tuned file, its schema checked; StoreError with one sentence otherwise."""
     try:
@@ -135,12 +146,15 @@ _warned_lock = threading.Lock()
 def _warn_rejected(path: Path, rejected: Mapping[str, tuple[Any, str]]) -> None:
     """One warning per bad entry (file, key and reason), however often the file is read in this process."""
     for key, (_, why) in rejected.items():
-        mark = (str(path), str(key), why)
-        with _warned_lock:
-            if mark in _warned:
-                continue
-            _warned.add(mark)
-        log.warning("%s: skipped entry %s: %s", path, _shown(key), why)
+        _warn_once((str(path), str(key), why), "%s: skipped entry %s: %s", path, _shown(key), why)
+
+
+def _warn_once(mark: tuple[str, str, str], message: str, *args: Any) -> None:
+    with _warned_lock:
+        if mark in _warned:
+            return
+        _warned.add(mark)
+    log.warning(message, *args)
 
 
 def _shown(key: Any) -> str:
