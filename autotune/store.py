@@ -32,8 +32,7 @@ from .records import MIGRATES, SCHEMA, EntryKey, RecordError, TunedEntry
 log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "MergeOutcome", "TunedFile", "entry_key", "load", "merge", "merge_front", "migrate", "read",
-           "read_or_empty",
-           "tuned_file", "write_atomic"]  # fmt: skip
+           "read_or_empty", "tuned_file", "write_atomic"]  # fmt: skip
 
 
 def entry_key(dtype: str, layout: str, label: str) -> str:
