@@ -2,18 +2,26 @@
 
 For users outside Python: each tuned entry becomes one row of a table in ``autotune_tuned.h`` (GPU key,
 dtype, layout, shape, kernel name, launch geometry, the parameters) and one ``.cu`` file with the
-rendered source, so the kernel can be compiled with nvcc or NVRTC and launched from C++.
+rendered source, so the kernel can be compiled with nvcc or NVRTC and launched from C++. Each ``.cu`` file
+starts with the line that builds it (``nvcc -c -arch=<arch> -std=c++17 <file>``; ``sm_90a`` for sources that
+need wgmma or TMA) and wraps the rendered source, unchanged, in guards for nvcc's host pass. Entries that
+cannot be exported (malformed, or parameters the installed template refuses) are skipped with one warning.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
+from .compiler import target_arch
 from .kernels import FAMILIES
 from .store import read
-from .templates import installed_renders, render
+from .templates import fits_installed, installed_renders, render
+
+log = logging.getLogger(__name__)
 
 
 def _c_string(s: str) -> str:
@@ -21,42 +29,173 @@ def _c_string(s: str) -> str:
 
 
 def export(tuned_dir: Path, out_dir: Path) -> list[Path]:
-    """Write the header and the sources; returns the written paths."""
+    """Write the header and the sources; returns the written paths (the header first)."""
     rows: list[dict[str, Any]] = []
     written: list[Path] = []
     for path in sorted(tuned_dir.glob("*/*.json")):
-        gpu_key, kernel = path.parent.name, path.stem
-        if kernel not in FAMILIES:
+        if path.stem not in FAMILIES:
+            log.warning("%s: skipped: autotune has no kernel family %r", path, path.stem)
             continue
-        family = FAMILIES[kernel]
-        for key, e in read(path)["entries"].items():
-            dtype, layout, label = key.split("/")
-            problem = family.problem(label, dtype, layout)
-            rendered = render(kernel, e["template"], e["params"], problem)
-            launch = family.launch(e["template"], e["params"], problem)
-            src = out_dir / gpu_key / f"{rendered.kernel_name}.cu"
-            src.parent.mkdir(parents=True, exist_ok=True)
-            stale = not installed_renders(kernel, e, problem)
-            note = " (NOTE: tuned with an older template; re-tune before relying on its speed)" if stale else ""
-            src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + rendered.source)
+        doc = read(path)  # bad entries are skipped there, with a warning; an unreadable file is a StoreError
+        arch = _arch(doc, path.parent.name)
+        for key, e in doc["entries"].items():
+            why = _unexportable(path.stem, key, e)
+            if why:
+                log.warning("%s: skipped entry %r: %s", path, key, why)
+                continue
+            row, src = _export_entry(path.stem, path.parent.name, arch, key, e, out_dir)
+            rows.append(row)
             written.append(src)
-            scratch = family.scratch(e["template"], e["params"], problem) or (0, 0)
-            mnk = (problem.M, problem.N, problem.K) if kernel == "gemm" else (0, 0, 0)  # conv's N and K differ
-            rows.append({
-                "gpu": gpu_key, "kernel": kernel, "dtype": dtype, "layout": layout, "shape": label,
-                "M": mnk[0], "N": mnk[1], "K": mnk[2],
-                "name": rendered.kernel_name, "file": f"{gpu_key}/{src.name}", "grid": launch.grid,
-                "block": launch.block, "shared": launch.shared_bytes, "scratch": scratch,
-                "params": ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in e["params"].items()),
-                "median_ms": e.get("median_ms", 0.0), "vendor_ratio": e.get("vendor_ratio") or 0.0,
-                "before": ";".join(f"{s.kernel_name} {' '.join(map(str, s.grid))} {s.block[0]} {s.shared_bytes}"
-                                   for s in launch.before),
-            })  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     header = out_dir / "autotune_tuned.h"
     header.write_text(_header(rows, tuned_dir))
     written.insert(0, header)
     return written
+
+
+def _arch(doc: dict[str, Any], gpu_key: str) -> str | None:
+    """The GPU's architecture (``sm_90``): the file's header, else the GPU key's suffix (``...-sm90``)."""
+    arch = (doc.get("gpu") or {}).get("arch")
+    if isinstance(arch, str) and re.fullmatch(r"sm_\d+a?", arch):
+        return arch
+    m = re.search(r"-sm(\d+a?)$", gpu_key)
+    return f"sm_{m.group(1)}" if m else None
+
+
+def _unexportable(kernel: str, key: str, e: dict[str, Any]) -> str | None:
+    """Why a (valid) entry cannot be exported by the installed templates, or None."""
+    family = FAMILIES[kernel]
+    if e["template"] not in family.templates:
+        return f"template {e['template']!r} is not one of {kernel}'s ({', '.join(family.templates)})"
+    if not fits_installed(kernel, e["template"], dict(e["params"])):
+        return f"its parameters do not fit the installed {e['template']} template"
+    dtype, layout, label = key.split("/")
+    return family.check_problem(e["template"], e["params"], family.problem(label, dtype, layout))
+
+
+def _export_entry(kernel: str, gpu_key: str, arch: str | None, key: str, e: dict[str, Any],
+                  out_dir: Path) -> tuple[dict[str, Any], Path]:  # fmt: skip
+    """Write one entry's source; returns its header row and the written path."""
+    family = FAMILIES[kernel]
+    dtype, layout, label = key.split("/")
+    problem = family.problem(label, dtype, layout)
+    rendered = render(kernel, e["template"], e["params"], problem)
+    launch = family.launch(e["template"], e["params"], problem)
+    src = out_dir / gpu_key / f"{rendered.kernel_name}.cu"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    stale = not installed_renders(kernel, e, problem)
+    note = " (NOTE: tuned with an older template; re-tune before relying on its speed)" if stale else ""
+    target = target_arch(rendered.source, arch) if arch else None
+    src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + source_file(rendered.source, src.name, target))
+    scratch = family.scratch(e["template"], e["params"], problem) or (0, 0)
+    mnk = (problem.M, problem.N, problem.K) if kernel == "gemm" else (0, 0, 0)  # conv's N and K differ
+    row = {
+        "gpu": gpu_key, "kernel": kernel, "dtype": dtype, "layout": layout, "shape": label,
+        "M": mnk[0], "N": mnk[1], "K": mnk[2],
+        "name": rendered.kernel_name, "file": f"{gpu_key}/{src.name}", "grid": launch.grid,
+        "block": launch.block, "shared": launch.shared_bytes, "scratch": scratch,
+        "params": ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in e["params"].items()),
+        "median_ms": e.get("median_ms") or 0.0, "vendor_ratio": e.get("vendor_ratio") or 0.0,
+        "before": ";".join(f"{s.kernel_name} {' '.join(map(str, s.grid))} {s.block[0]} {s.shared_bytes}"
+                           for s in launch.before),
+        "arch": target or "",
+    }  # fmt: skip
+    return row, src
+
+
+# Functions that the templates call in the non-device branches of device functions are the host emulation's
+# (the project's CPU tests define them; their names start with host_). nvcc's host pass parses those branches.
+_HOST_HOOK = re.compile(r"\b(host_[A-Za-z0-9_]+)\s*(?:<[^<>;(){}]*>)?\s*\(")
+
+
+def build_line(arch: str | None, name: str) -> str:
+    """The nvcc command that builds an exported source for ``arch``.
+
+    An arch-specific target (``sm_90a``) is named as ``-arch=compute_90a -code=sm_90a``: ``-arch=sm_90a`` alone
+    makes nvcc 13 also embed generic ``compute_90`` PTX, which cannot hold wgmma (the source's ``#error`` says so).
+    """
+    if not arch:
+        return f"nvcc -c -arch=<your GPU's sm_XX> -std=c++17 {name}"
+    if arch.endswith("a"):
+        return f"nvcc -c -arch={arch.replace('sm_', 'compute_')} -code={arch} -std=c++17 {name}"
+    return f"nvcc -c -arch={arch} -std=c++17 {name}"
+
+
+def source_file(source: str, name: str, arch: str | None) -> str:
+    """A rendered source as an exported file: the build line, guards for nvcc's host pass, the source unchanged.
+
+    nvcc compiles a .cu file twice: for the device (``__CUDA_ARCH__`` defined) and for the host, which parses
+    device functions too. Two things in rendered sources are meant for the device pass only: an architecture
+    check (``#error`` unless ``__CUDA_ARCH_FEAT_SM90_ALL``, in sources for ``sm_90a``), and calls to the host
+    emulation in ``#else`` branches of ``__CUDA_ARCH__``. The host pass gets the feature macro for the length
+    of the source, and inert declarations of those functions (never defined, never called by a compiled
+    kernel). NVRTC compiles the device pass alone, so none of this applies there.
+    """
+    head = [
+        f"// build: {build_line(arch, name)}   (NVRTC: -arch={arch or 'sm_XX'} -std=c++17; launch: autotune_tuned.h)"
+    ]
+    tail = []
+    feature = re.fullmatch(r"sm_(\d+)a", arch or "")
+    if feature:
+        macro = f"__CUDA_ARCH_FEAT_SM{feature.group(1)}_ALL"
+        head += [
+            f"#if defined(__CUDACC__) && !defined(__CUDA_ARCH__) && !defined({macro})",
+            f"#define {macro} 1  // nvcc's host pass: the source's {arch} check is for the device pass",
+            "#define AUTOTUNE_EXPORT_HOST_FEATURE 1",
+            "#endif",
+        ]
+        tail = [
+            "#ifdef AUTOTUNE_EXPORT_HOST_FEATURE",
+            f"#undef {macro}",
+            "#undef AUTOTUNE_EXPORT_HOST_FEATURE",
+            "#endif",
+        ]
+    hooks = sorted(set(_HOST_HOOK.findall(source)))
+    if hooks:
+        head += [
+            "#if defined(__CUDACC__) && !defined(__CUDA_ARCH__)",
+            "// nvcc's host pass parses the host-emulation branches of device functions: declared, never defined",
+        ]
+        head += [f"template <int... I, typename... A> __device__ void {h}(A&&...);" for h in hooks]
+        head += ["#endif"]
+    body = source if source.endswith("\n") else source + "\n"
+    return "\n".join(head) + "\n" + body + ("\n".join(tail) + "\n" if tail else "")
+
+
+_ABI = [
+    "/* Build: each source's second line is the command that builds it: nvcc -c -arch=<arch> -std=c++17 <file>.cu",
+    "   with <arch> the row's `arch`; for sources that use wgmma or TMA (`arch` sm_90a: they run on Hopper only)",
+    "   nvcc -c -arch=compute_90a -code=sm_90a -std=c++17 <file>.cu (-arch=sm_90a alone also builds generic",
+    "   compute_90 PTX, which cannot hold wgmma). NVRTC: -arch=<arch> -std=c++17. CUDA headers only.",
+    "   One row per tuned (GPU, kernel, dtype, layout, shape). Launch `kernel_name` from `source_file`",
+    "   on a (grid_x, grid_y, grid_z) grid of `block_threads`-thread blocks with `shared_bytes` of dynamic",
+    "   shared memory (above 48 KB, raise the kernel's limit first).",
+    "   gemm (C row-major M x N; A M x K or, layout T?, K x M; B K x N or, layout ?T, N x K; T the dtype's type,",
+    "   float for tfloat32): simt and naive take (const T* A, const T* B, T* C, int M, int N, int K,",
+    "   float alpha, float beta); wmma and skinny add (float* partial, unsigned* counters): buffers of",
+    "   `scratch_floats` floats and `scratch_counters` unsigned ints, zeroed once before the first launch",
+    "   (the kernels leave the counters zero; any non-null pointer will do when both counts are 0).",
+    "   skinny_wgmma adds, after counters, two CUtensorMaps by value (__grid_constant__), A's then B's, each",
+    "   from cuTensorMapEncodeTiled as float32 with element strides {1, 1}, no interleave, no L2 promotion,",
+    "   OOB fill none: B dims {N, K}, stride {N*4} bytes, box {32, KC}, CU_TENSOR_MAP_SWIZZLE_128B; A (layout",
+    "   NN) dims {K, M}, stride {K*4}, box {KC, MB}, SWIZZLE_128B for KC = 32 and SWIZZLE_64B for KC = 16 (KC,",
+    "   MB from params). 128 zero bytes for B when N % 4 != 0 or B is not 16-byte aligned, for A when the",
+    "   layout is TN, K % 4 != 0 or A is not 16-byte aligned (the kernel then never reads that map).",
+    "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
+    "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q); implicit_mma with",
+    "   SPLIT_K > 1 and winograd with SPLIT_C > 1 (grid_z) add (float* partial, unsigned* counters) after Q,",
+    "   sized and zeroed as for gemm.",
+    "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
+    "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
+    "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
+    "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
+    "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters).",
+    "   gemm mma whose A or B has a leading dimension that is not a multiple of 8 (name tagged _ua, _ub or",
+    "   _uab): `<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld) once per such operand,",
+    "   A first, with src the operand as stored (rows x cols: A M x K or K x M, B K x N or N x K) and dst a",
+    "   buffer of rows x ld elements of T, ld = cols rounded up to a multiple of 8; then `kernel_name` with",
+    "   the packed buffers in place of those operands (the C arguments unchanged). */",
+]
 
 
 def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
@@ -66,34 +205,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "#ifndef AUTOTUNE_TUNED_H",
         "#define AUTOTUNE_TUNED_H",
         "",
-        "/* One row per tuned (GPU, kernel, dtype, layout, shape). Launch `kernel_name` from `source_file`",
-        "   on a (grid_x, grid_y, grid_z) grid of `block_threads`-thread blocks with `shared_bytes` of dynamic",
-        "   shared memory (above 48 KB, raise the kernel's limit first).",
-        "   gemm (C row-major M x N; A M x K or, layout T?, K x M; B K x N or, layout ?T, N x K; T the dtype's type,",
-        "   float for tfloat32): simt and naive take (const T* A, const T* B, T* C, int M, int N, int K,",
-        "   float alpha, float beta); wmma and skinny add (float* partial, unsigned* counters): buffers of",
-        "   `scratch_floats` floats and `scratch_counters` unsigned ints, zeroed once before the first launch",
-        "   (the kernels leave the counters zero; any non-null pointer will do when both counts are 0).",
-        "   skinny_wgmma adds, after counters, two CUtensorMaps by value (__grid_constant__), A's then B's, each",
-        "   from cuTensorMapEncodeTiled as float32 with element strides {1, 1}, no interleave, no L2 promotion,",
-        "   OOB fill none: B dims {N, K}, stride {N*4} bytes, box {32, KC}, CU_TENSOR_MAP_SWIZZLE_128B; A (layout",
-        "   NN) dims {K, M}, stride {K*4}, box {KC, MB}, SWIZZLE_128B for KC = 32 and SWIZZLE_64B for KC = 16 (KC,",
-        "   MB from params). 128 zero bytes for B when N % 4 != 0 or B is not 16-byte aligned, for A when the",
-        "   layout is TN, K % 4 != 0 or A is not 16-byte aligned (the kernel then never reads that map).",
-        "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
-        "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q); implicit_mma with",
-        "   SPLIT_K > 1 and winograd with SPLIT_C > 1 (grid_z) add (float* partial, unsigned* counters) after Q,",
-        "   sized and zeroed as for gemm.",
-        "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
-        "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
-        "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
-        "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
-        "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters).",
-        "   gemm mma whose A or B has a leading dimension that is not a multiple of 8 (name tagged _ua, _ub or",
-        "   _uab): `<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld) once per such operand,",
-        "   A first, with src the operand as stored (rows x cols: A M x K or K x M, B K x N or N x K) and dst a",
-        "   buffer of rows x ld elements of T, ld = cols rounded up to a multiple of 8; then `kernel_name` with",
-        "   the packed buffers in place of those operands (the C arguments unchanged). */",
+        *_ABI,
         "typedef struct {",
         "  const char* gpu_key; const char* kernel; const char* dtype; const char* layout; const char* shape;",
         "  int M, N, K; /* gemm only */",
@@ -103,40 +215,12 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "  const char* params;",
         "  double median_ms, vendor_ratio;",
         "  const char* before;",
+        "  const char* arch; /* the -arch its source builds for */",
         "} autotune_tuned_config;",
         "",
         "static const autotune_tuned_config AUTOTUNE_TUNED_CONFIGS[] = {",
     ]
-    for r in rows:
-        lines.append(
-            "  {"
-            + ", ".join(
-                [
-                    _c_string(r["gpu"]),
-                    _c_string(r["kernel"]),
-                    _c_string(r["dtype"]),
-                    _c_string(r["layout"]),
-                    _c_string(r["shape"]),
-                    str(r["M"]),
-                    str(r["N"]),
-                    str(r["K"]),
-                    _c_string(r["name"]),
-                    _c_string(r["file"]),
-                    f"{r['grid'][0]}u",
-                    f"{r['grid'][1]}u",
-                    f"{r['grid'][2]}u",
-                    f"{r['block'][0]}u",
-                    f"{r['shared']}u",
-                    f"{r['scratch'][0]}ull",
-                    f"{r['scratch'][1]}ull",
-                    _c_string(r["params"]),
-                    repr(float(r["median_ms"])),
-                    repr(float(r["vendor_ratio"])),
-                    _c_string(r["before"]),
-                ]
-            )
-            + "},"  # fmt: skip
-        )
+    lines += [_row(r) for r in rows]
     lines += [
         "};",
         f"static const unsigned AUTOTUNE_TUNED_COUNT = {len(rows)}u;",
@@ -145,3 +229,13 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _row(r: dict[str, Any]) -> str:
+    """One initializer of AUTOTUNE_TUNED_CONFIGS, in the struct's field order."""
+    strings = [_c_string(r[k]) for k in ("gpu", "kernel", "dtype", "layout", "shape")]
+    sizes = [str(r[k]) for k in ("M", "N", "K")]
+    launch = [f"{v}u" for v in (*r["grid"], r["block"][0], r["shared"])] + [f"{v}ull" for v in r["scratch"]]
+    timing = [repr(float(r["median_ms"])), repr(float(r["vendor_ratio"]))]
+    fields = [*strings, *sizes, _c_string(r["name"]), _c_string(r["file"]), *launch, _c_string(r["params"]), *timing]
+    return "  {" + ", ".join([*fields, _c_string(r["before"]), _c_string(r["arch"])]) + "},"

@@ -33,7 +33,7 @@ from typing import Any
 from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
-from .store import read, tuned_file
+from .store import read_or_empty, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
 
 log = logging.getLogger(__name__)
@@ -144,14 +144,14 @@ def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, 
     layout = layout or getattr(problem, "layout", "NN")
     own = tuned_file(tuned_dir, gpu_key, kernel)
     if own.exists():
-        found = _search_doc(kernel, read(own), gpu_key, problem, layout)
+        found = _search_doc(kernel, read_or_empty(own), gpu_key, problem, layout)
         if found is not None:
             log.debug("%s %s: %s config from %s", kernel, problem.label, found.step, found.source)
             return found
     suffix = "-" + arch.replace("_", "")
     others = sorted(p for p in tuned_dir.glob(f"*{suffix}/{kernel}.json") if p.parent.name != gpu_key)
     for path in others:
-        found = _search_doc(kernel, read(path), path.parent.name, problem, layout)
+        found = _search_doc(kernel, read_or_empty(path), path.parent.name, problem, layout)
         if found is not None:
             choice = Choice(found.template, found.params, "same-arch", found.source, found.entry)
             log.debug("%s %s: same-arch config from %s", kernel, problem.label, choice.source)

@@ -136,7 +136,7 @@ def test_merge_keeps_the_fastest_entry_and_merges_the_fronts(tmp_path):
     def point(name, ms, j):
         return {"params": {}, "kernel_name": name, "median_ms": ms, "energy_j": j, "verified": True, "error": 0.0}
 
-    entry = {"verified": True, "median_ms": 1.0, "template_hash": "h", "params": {"BX": 32}}
+    entry = {"template": "naive", "verified": True, "median_ms": 1.0, "template_hash": "h", "params": {"BX": 32}}
     merge(path, HEADER, key, entry, pareto=[point("a", 1.0, 5.0), point("b", 2.0, 3.0)])
     slower = {**entry, "median_ms": 1.5, "params": {"BX": 8}}
     out = merge(path, HEADER, key, slower, pareto=[point("c", 1.5, 2.0), point("a", 1.0, 4.5)])
