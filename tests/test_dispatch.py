@@ -289,8 +289,7 @@ def test_stored_entries_carry_the_vendor_time_measured_with_them():
     for path in sorted(runtime.default_tuned_dir().glob("*/*.json")):
         for key, e in json.loads(path.read_text())["entries"].items():
             assert isinstance(e.get("vendor_median_ms"), float) and e.get("vendor"), f"{path.name} {key}"
-            d = dispatch.decide(runtime.Choice(e["template"], e["params"], "exact", key, e), vendor="v",
-                                vendor_missing="", online=True, capturing=False, cached=None, measure=no_measure)  # fmt: skip
+            d = decide(runtime.Choice(e["template"], e["params"], "exact", key, e), vendor="v")
             assert d.step == ("exact" if e["median_ms"] <= e["vendor_median_ms"] else "vendor"), key
 
 

@@ -50,8 +50,9 @@ def conv_problem(rng: random.Random):
 def entry(kernel, template, params, label, dtype, layout, **extra):
     """A test-data entry (not a measurement) of a real template, with the hashes the lookup checks."""
     p = FAMILIES[kernel].problem(label, dtype, layout)
+    source = render(kernel, template, params, p).source_hash
     e = {"template": template, "params": params, "verified": True, "median_ms": 1.0,
-         "template_hash": template_hash(kernel, template), "source_hash": render(kernel, template, params, p).source_hash}  # fmt: skip
+         "template_hash": template_hash(kernel, template), "source_hash": source}  # fmt: skip
     return {**e, **extra}
 
 
