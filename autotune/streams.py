@@ -59,7 +59,10 @@ def capturing() -> bool:
     """Whether the current stream (CuPy's, or torch's when torch is loaded) is being captured into a graph."""
     import cupy as cp
 
-    if cp.cuda.get_current_stream().is_capturing():
+    try:
+        if cp.cuda.get_current_stream().is_capturing():
+            return True
+    except cp.cuda.runtime.CUDARuntimeError:  # the legacy stream, queried while another stream captures
         return True
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())

@@ -97,7 +97,8 @@ class VendorLauncher:
 
         from .streams import torch_on_cupy_stream
 
-        ta, tb, tout = (torch.as_tensor(x, device="cuda").view(torch.bfloat16) for x in (op_a, op_b, out))
+        # bfloat16 bits travel as uint16; torch reads them as int16 (CAI) and views them as bfloat16
+        ta, tb, tout = (torch.as_tensor(x.view("int16"), device="cuda").view(torch.bfloat16) for x in (op_a, op_b, out))
         with torch_on_cupy_stream():
             self._torch_gemm(ta, tb, tout, alpha, beta)
         return out
