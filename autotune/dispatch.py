@@ -105,11 +105,13 @@ def decide(lookup: Any, *, vendor: str | None, vendor_missing: str, online: bool
     """Apply the rule above. ``lookup``: the lookup chain's Choice (None when no template of ours computes the
     problem); ``vendor``: the vendor's name, or None with ``vendor_missing`` saying why; ``cached``: a valid
     remembered record; ``measure()``: the online measurement's record."""
+    if vendor is None:
+        _warn(vendor_missing)  # once per sentence: ours serves unchecked against a vendor
     if lookup is not None and lookup.step == "exact":
         exact = _exact(lookup, vendor, vendor_missing)
         if exact is not None:
             return exact
-    if cached is not None:
+    if cached is not None and online:
         return from_record(cached, vendor, cached=True)
     if not online or capturing:
         why = "the online choice is off" if not online else "a CUDA graph is being captured: nothing is measured"
@@ -122,7 +124,9 @@ def decide(lookup: Any, *, vendor: str | None, vendor_missing: str, online: bool
     record = measure()
     if record["served"] != "none":
         return from_record(record, vendor, cached=False)
-    reasons = "; ".join(f"{r['name']}: {r.get('reason')}" for r in record["candidates"])
+    reasons = "; ".join(f"{r['name']}: {r.get('reason')}" for r in record["candidates"]) or record.get("reason")
+    if vendor is not None:  # nothing could be measured (out of memory, say): the vendor, unmeasured
+        return Decision("vendor", None, None, vendor, f"no candidate was measured ({reasons})", record, final=False)
     raise AutotuneError(f"no candidate verified for this problem ({reasons})")
 
 

@@ -118,7 +118,8 @@ class GpuRunner:
         try:
             self._run(launcher)
             cp.cuda.get_current_stream().synchronize()
-        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
+        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError, RuntimeError) as exc:
+            # RuntimeError: what torch raises when cuDNN or cuBLAS refuses a problem
             return False, None, None, f"launch failed: {str(exc).splitlines()[0][:200]}"
         got = self.family.decode(self.problem, self.out).astype(cp.float64)
         if is_vendor:

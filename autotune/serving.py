@@ -74,12 +74,17 @@ def serve(kernel: str, problem: Any, lookup: Any, *, ranked: list[Any], default:
     path = choices.choices_path(cache, gpu_key)
     key = choices.problem_key(kernel, problem)
     proven = lookup is not None and lookup.step == "exact" and dispatch._exact(lookup, vendor, "") is not None
-    cached = None if proven else _valid(kernel, problem, choices.recall(path, key, choices.versions()))
+    remembered = None if proven or not online_on else choices.recall(path, key, choices.versions())
+    cached = _valid(kernel, problem, remembered)
     opts: list[online.Option] = []
 
     def measure() -> dict[str, Any]:
+        try:
+            runner = online.GpuRunner(kernel, problem)
+        except MemoryError as exc:  # the problem's fresh inputs do not fit beside the caller's data
+            return {"served": "none", "winner": None, "candidates": [], "reason": f"out of memory: {exc}"}
         opts.extend(options(kernel, problem, ranked, vendor, default, build_ours))
-        record = online.measure_options(opts, online.GpuRunner(kernel, problem), budget_s)
+        record = online.measure_options(opts, runner, budget_s)
         if record["served"] != "none":
             record = _augment(kernel, problem, record, opts)
             choices.remember(path, key, record)

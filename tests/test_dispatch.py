@@ -83,6 +83,16 @@ def test_nothing_verified_and_no_vendor_is_one_clear_error():
         decide(None, vendor=None, measure=lambda: record("none", None, rows))
 
 
+def test_nothing_measured_falls_back_to_the_vendor_and_decides_again_later():
+    d = decide(None, measure=lambda: {"served": "none", "winner": None, "candidates": [], "reason": "out of memory"})
+    assert d.vendor and not d.final and "out of memory" in d.why
+
+
+def test_a_remembered_choice_is_not_used_while_the_online_choice_is_off():
+    remembered = record("ours", 1, [VENDOR_ROW, OURS_ROW], template="simt", params=SIMT)
+    assert decide(None, online=False, cached=remembered).step == "vendor"
+
+
 def test_online_off_sends_untuned_problems_to_the_vendor_or_the_lookup_when_there_is_none():
     nearest = runtime.Choice("simt", SIMT, "nearest", "h200 float32/NN/1x1x1", {})
     assert decide(nearest, online=False).step == "vendor"
