@@ -9,6 +9,8 @@ The rule, in order (``decide``, pure: the tests drive it with fakes):
 3. vendor: when the online choice is off (``AUTOTUNE_ONLINE=0`` or ``set_online(False)``), or while a CUDA
    graph is being captured (then nothing is measured, and the decision is not remembered);
 4. where no vendor library is reachable (cuDNN without torch), the lookup chain's own choice, with one warning.
+
+``AUTOTUNE_VENDOR=0`` skips all of this: the lookup chain's kernel serves (for kernel work and its tests).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .errors import AutotuneError
 log = logging.getLogger(__name__)
 
 ENV_ONLINE = "AUTOTUNE_ONLINE"
+ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": serve our kernels as the lookup chain finds them (kernel work, tests)
 _OFF = ("0", "false", "no", "off")
 _flag: bool | None = None
 _warned: set[str] = set()
@@ -49,6 +52,12 @@ def online_enabled(override: bool | None = None) -> bool:
     if _flag is not None:
         return _flag
     return os.environ.get(ENV_ONLINE, "1").strip().lower() not in _OFF
+
+
+def vendor_enabled() -> bool:
+    """False under ``AUTOTUNE_VENDOR=0``: no vendor substitution and no online choice; the lookup chain's
+    kernel serves (exact, nearest, same-arch, default), as when developing or testing kernels."""
+    return os.environ.get(ENV_VENDOR, "1").strip().lower() not in _OFF
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 ENV_TUNED_DIR = "AUTOTUNE_TUNED_DIR"
 ENV_CACHE_DIR = "AUTOTUNE_CACHE_DIR"
 ENV_ONLINE = "AUTOTUNE_ONLINE"  # "0": no online choice; untuned problems go to the vendor (autotune.dispatch)
+ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": the lookup chain's kernel, never the vendor (autotune.dispatch)
 
 
 def default_tuned_dir() -> Path:
@@ -400,7 +401,7 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
     tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
     device_id = cp.cuda.Device().id
     on = dispatch.online_enabled(online)
-    memo = (kernel, problem, layout, str(tdir), device_id, on)
+    memo = (kernel, problem, layout, str(tdir), device_id, on, dispatch.vendor_enabled())
     with _launchers_lock:
         if memo in _launchers:
             return _launchers[memo]
@@ -457,6 +458,12 @@ def forget_launchers() -> None:
 
 _GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
 _BY_CHAR = {"f": "float32", "e": "float16"}  # dtype.char -> name: the per-call path avoids dtype.name and str()
+
+
+def _env() -> tuple[str | None, str | None, str | None]:
+    """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
+    env = os.environ
+    return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
 
 
 def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
@@ -522,8 +529,7 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     nd = cp.ndarray
     if precision is None and type(a) is nd and type(b) is nd and type(out) is nd:
         sig = (a.shape, b.shape, out.shape, a.strides, b.strides, out.strides, a.dtype.char, b.dtype.char,
-               out.dtype.char, tuned_dir, os.environ.get(ENV_TUNED_DIR), os.environ.get(ENV_ONLINE),
-               cp.cuda.runtime.getDevice())  # fmt: skip
+               out.dtype.char, tuned_dir, _env(), cp.cuda.runtime.getDevice())  # fmt: skip
         hot = _hot.get(sig)
         if hot is not None and not (a.data.ptr | b.data.ptr | out.data.ptr) & 15:
             launcher, ta, tb = hot
@@ -590,7 +596,7 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         else:
             out_cp *= beta
     else:
-        fast = (m, n, k, dtype, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR), os.environ.get(ENV_ONLINE),
+        fast = (m, n, k, dtype, layout, tuned_dir, _env(),
                 cp.cuda.runtime.getDevice())  # fmt: skip
         launcher = _by_call.get(fast)
         if launcher is None:
@@ -671,8 +677,8 @@ def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tu
         out_cp, _, odt = _as_cupy(out, "out")
         if out_cp.shape != out_shape or odt != xdt or not out_cp.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {xdt} array of shape {out_shape}")
-    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR),
-           os.environ.get(ENV_ONLINE), cp.cuda.runtime.getDevice())  # fmt: skip
+    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, _env(),
+           cp.cuda.runtime.getDevice())  # fmt: skip
     launcher = _by_call.get(key)
     if launcher is None:
         launcher = load("conv2d", dtype=xdt, layout=layout, tuned_dir=tuned_dir, N=n, C=c, H=h, W=wd, K=k, R=r, S=s,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import choices, dispatch, online
+from .errors import AutotuneError
 from .kernels import FAMILIES
 from .templates import installed_renders, render, template_hash
 from .vendor import VendorLauncher, vendor_for
@@ -70,6 +71,13 @@ def serve(kernel: str, problem: Any, lookup: Any, *, ranked: list[Any], default:
     ``provenance`` says which step chose it, why, and the measurement behind an online choice."""
     from .streams import capturing
 
+    if not dispatch.vendor_enabled():
+        if lookup is None:
+            raise AutotuneError(f"no template of ours computes {kernel} {problem.dtype} {problem.layout} "
+                                f"{problem.label}, and {dispatch.ENV_VENDOR}=0 rules out the vendor")  # fmt: skip
+        launcher = build_ours(lookup)
+        launcher.serving = {"step": lookup.step, "why": f"{dispatch.ENV_VENDOR}=0: the lookup chain's kernel"}
+        return launcher
     vendor, missing = vendor_for(kernel, problem.dtype)
     path = choices.choices_path(cache, gpu_key)
     key = choices.problem_key(kernel, problem)
