@@ -36,8 +36,19 @@ def options(kernel: str, problem: Any, ranked: list[Any], vendor: str | None, de
             continue
         seen.add(key)
         name = FAMILIES[kernel].kernel_name(c.template, c.params, problem)
-        opts.append(online.Option(name, f"{c.step} {c.source}".strip(), lambda c=c: build_ours(c), c))
+        opts.append(online.Option(name, f"{c.step} {c.source}".strip(), lambda c=c: _loaded(build_ours, c), c))
     return opts
+
+
+def _loaded(build_ours: Callable[[Any], Any], choice: Any) -> Any:
+    """``build_ours(choice)``, a driver's refusal to load the kernel (too much shared memory, say) as an
+    AutotuneError: the candidate is recorded as not built, not a crash of the caller's call."""
+    import cupy as cp
+
+    try:
+        return build_ours(choice)
+    except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
+        raise AutotuneError(f"cannot load {choice.template}: {str(exc).splitlines()[0][:200]}") from None
 
 
 def _valid(kernel: str, problem: Any, record: dict[str, Any] | None) -> dict[str, Any] | None:

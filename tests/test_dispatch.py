@@ -311,3 +311,15 @@ def test_vendor_launcher_of_a_gemm_reads_transposed_layouts_as_views(monkeypatch
     monkeypatch.setattr(cupy, "matmul", lambda a, b, out: seen.update(a=a, b=b))
     v._launch(SimpleNamespace(T="a transposed"), "b", "out", 1.0, 0.0)
     assert seen == {"a": "a transposed", "b": "b"}
+
+
+def test_with_vendor_substitution_off_the_lookup_chains_kernel_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv(dispatch.ENV_VENDOR, "0")
+    nearest = runtime.Choice("simt", SIMT, "nearest", "h200 float32/NN/1x1x1", {})
+    kw = dict(ranked=[], default=None, gpu_key="gpu", cache=tmp_path, build_ours=FakeLauncher,
+              make_choice=runtime.Choice, online_on=True)  # fmt: skip
+    launcher = serving.serve("gemm", GEMM.problem("3x5x7", "float32"), nearest, **kw)
+    assert launcher.choice is nearest and "AUTOTUNE_VENDOR=0" in launcher.serving["why"]
+    with pytest.raises(AutotuneError, match="rules out the vendor"):
+        serving.serve("gemm", GEMM.problem("3x5x7", "float32", "NT"), None, **kw)
+    assert not (tmp_path / "choices").exists()  # nothing measured, nothing remembered
