@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -35,9 +36,11 @@ def problem_key(kernel: str, problem: Any) -> str:
     return f"{kernel}/{problem.dtype}/{problem.layout}/{problem.label}"
 
 
+@functools.cache
 def versions() -> dict[str, str]:
-    """What can change an online choice's answer: the software that built and timed it."""
-    import sys
+    """What can change an online choice's answer: the software that built and timed it (torch's as installed,
+    whether or not this process imported it, so processes with and without torch share the records)."""
+    import importlib.metadata
 
     import cupy as cp
 
@@ -49,9 +52,10 @@ def versions() -> dict[str, str]:
         found["cuda_runtime"] = str(cp.cuda.runtime.runtimeGetVersion())
     except Exception:  # noqa: BLE001 - no driver: the record says so rather than failing
         found["cuda_runtime"] = "unknown"
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        found["torch"] = str(torch.__version__)
+    try:
+        found["torch"] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        pass
     return found
 
 

@@ -6,8 +6,9 @@ The rule, in order (``decide``, pure: the tests drive it with fakes):
    slower than its vendor is replaced by the vendor (where one exists here);
 2. online: the choice remembered for this problem in the user's cache (``autotune.choices``), else, on this
    first call, the fastest verified of a handful of candidates measured now (``autotune.online``);
-3. vendor: when the online choice is off (``AUTOTUNE_ONLINE=0`` or ``set_online(False)``), or while a CUDA
-   graph is being captured (then nothing is measured, and the decision is not remembered);
+3. vendor: when the online choice is off (``AUTOTUNE_ONLINE=0`` or ``set_online(False)``), or for a problem
+   first seen while a CUDA graph is captured (then nothing is measured, compiled or loaded, and the decision
+   is made again on the next call; a problem served before the capture keeps its launcher);
 4. where no vendor library is reachable (cuDNN without torch), the lookup chain's own choice, with one warning.
 
 ``AUTOTUNE_VENDOR=0`` skips all of this: the lookup chain's kernel serves (for kernel work and its tests).
@@ -116,6 +117,9 @@ def decide(lookup: Any, *, vendor: str | None, vendor_missing: str, online: bool
     remembered record; ``measure()``: the online measurement's record."""
     if vendor is None:
         _warn(vendor_missing)  # once per sentence: ours serves unchecked against a vendor
+    elif capturing:  # nothing is measured, compiled or loaded while a graph is captured
+        why = "first seen while a CUDA graph was captured: the vendor serves until the next call decides"
+        return Decision("vendor", None, None, vendor, why, final=False)
     if lookup is not None and lookup.step == "exact":
         exact = _exact(lookup, vendor, vendor_missing)
         if exact is not None:

@@ -110,7 +110,7 @@ def serve(kernel: str, problem: Any, lookup: Any, *, ranked: list[Any], default:
         return record
 
     decision = dispatch.decide(lookup, vendor=vendor, vendor_missing=missing, online=online_on,
-                               capturing=not proven and capturing(), cached=cached, measure=measure)  # fmt: skip
+                               capturing=capturing(), cached=cached, measure=measure)  # fmt: skip
     info = {"step": decision.step, "why": decision.why, "measurement": decision.record, "final": decision.final}
     log.debug("%s %s %s: %s (%s)", kernel, problem.dtype, problem.label, decision.step, decision.why)
     if decision.vendor:

@@ -101,11 +101,17 @@ def test_online_off_sends_untuned_problems_to_the_vendor_or_the_lookup_when_ther
     assert (d.step, d.template) == ("nearest", "simt")
 
 
-def test_during_graph_capture_nothing_is_measured_and_the_decision_is_provisional():
-    d = decide(runtime.Choice("simt", SIMT, "nearest", "x", {}), capturing=True)
-    assert d.vendor and not d.final and "captured" in d.why
+def test_a_problem_first_seen_during_graph_capture_gets_the_vendor_provisionally():
+    """Nothing is measured, compiled or loaded during capture: the vendor serves, and the next call decides."""
     remembered = record("ours", 1, [VENDOR_ROW, OURS_ROW], template="simt", params=SIMT)
-    assert decide(None, capturing=True, cached=remembered).final  # a remembered choice still applies
+    for lookup, cached in ((runtime.Choice("simt", SIMT, "nearest", "x", {}), None), (exact(0.1, 0.2), None),
+                           (None, remembered)):  # fmt: skip
+        d = decide(lookup, capturing=True, cached=cached)
+        assert d.vendor and not d.final and "captured" in d.why
+    with pytest.warns(UserWarning, match="no vendor"):  # no vendor: ours, as the lookup chain finds it
+        d = decide(runtime.Choice("simt", SIMT, "nearest", "x", {}), capturing=True, vendor=None,
+                   vendor_missing="no vendor here")  # fmt: skip
+    assert d.template == "simt" and not d.final
 
 
 def test_a_remembered_choice_is_served_without_measuring():
