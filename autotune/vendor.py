@@ -20,7 +20,14 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def torch_importable() -> bool:
-    return importlib.util.find_spec("torch") is not None
+    """Whether torch imports here with CUDA (imported on the first question, never at ``import autotune``)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def vendor_for(kernel: str, dtype: str) -> tuple[str | None, str]:
@@ -32,11 +39,11 @@ def vendor_for(kernel: str, dtype: str) -> tuple[str | None, str]:
     if kernel == "gemm" and dtype == "bfloat16":
         if torch_importable():
             return "cuBLAS (torch)", ""
-        return None, "bfloat16 GEMM has no vendor path here (torch is not importable): autotune's kernel serves it"
+        return None, "bfloat16 GEMM has no vendor path here (no torch with CUDA): autotune's kernel serves it"
     if kernel == "conv2d":
         if torch_importable():
             return "cuDNN (torch)", ""
-        return None, "cuDNN is unavailable (torch is not importable): autotune's conv2d kernel serves it unchecked"
+        return None, "cuDNN is unavailable (no torch with CUDA): autotune's conv2d kernel serves it, unchecked"
     return None, f"no vendor library computes {kernel}"
 
 
