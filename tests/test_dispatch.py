@@ -329,3 +329,44 @@ def test_with_vendor_substitution_off_the_lookup_chains_kernel_serves(tmp_path, 
     with pytest.raises(AutotuneError, match="rules out the vendor"):
         serving.serve("gemm", GEMM.problem("3x5x7", "float32", "NT"), None, **kw)
     assert not (tmp_path / "choices").exists()  # nothing measured, nothing remembered
+
+
+def test_load_decides_once_per_setting_and_never_remembers_a_provisional_decision(tmp_path, monkeypatch):
+    """runtime.load end to end with the GPU parts faked: a measured choice is memoized, the online switch is
+    part of the memo, and a decision made during capture is made again on the next call."""
+    import cupy
+
+    measured = []
+
+    class Runner(FakeRunner):
+        def __init__(self, kernel, problem):
+            super().__init__({})
+            measured.append(problem.label)
+
+        def measure(self, launcher, is_vendor):
+            return True, None, 0.3 if is_vendor else 0.1, None
+
+    capture = [False]
+    monkeypatch.setattr(cupy.cuda, "Device", lambda *a: SimpleNamespace(id=0))
+    monkeypatch.setattr(runtime, "_gpu", lambda device_id: ("nvidia-h200-sm90", "sm_90"))
+    monkeypatch.setattr(runtime, "_build", lambda kernel, problem, c, arch: FakeLauncher(c))
+    monkeypatch.setattr(online, "GpuRunner", Runner)
+    monkeypatch.setattr(choices, "versions", lambda: VERSIONS)
+    monkeypatch.setattr("autotune.streams.capturing", lambda: capture[0])
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(dispatch.ENV_ONLINE, raising=False)
+    runtime.forget_launchers()
+    try:
+        capture[0] = True
+        first = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16")
+        assert first.vendor and first.provisional and measured == []
+        capture[0] = False
+        ours = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16")
+        assert ours.choice.step == "online" and measured == ["272x4096x4096"]
+        assert runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16") is ours and len(measured) == 1
+        off = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16", online=False)
+        assert off.vendor and off.provenance["step"] == "vendor" and len(measured) == 1
+        fp32_nt = runtime.load("gemm", M=64, N=64, K=64, dtype="float32", layout="NT")  # no template of ours
+        assert fp32_nt.vendor and fp32_nt.provenance["measurement"]["candidates"][0]["source"] == "vendor"
+    finally:
+        runtime.forget_launchers()
