@@ -55,11 +55,17 @@ def _valid(kernel: str, problem: Any, record: dict[str, Any] | None) -> dict[str
     """A remembered record still applies: ours renders the same source and fits the problem."""
     if record is None or record.get("served") not in ("ours", "vendor") or not isinstance(record.get("winner"), int):
         return None
+    rows = record.get("candidates")
+    if not isinstance(rows, list) or not 0 <= record["winner"] < len(rows) or not isinstance(rows[record["winner"]],
+                                                                                             dict):  # fmt: skip
+        return None
+    if not all(isinstance(r, dict) and "name" in r for r in rows):
+        return None
     if record["served"] == "vendor":
         return record
     try:
-        ok = installed_renders(kernel, record, problem) and not FAMILIES[kernel].check_problem(
-            record["template"], record["params"], problem)  # fmt: skip
+        ok = isinstance(record.get("params"), dict) and installed_renders(kernel, record, problem)
+        ok = ok and not FAMILIES[kernel].check_problem(record["template"], record["params"], problem)
     except (KeyError, TypeError, ValueError):
         ok = False
     return record if ok else None

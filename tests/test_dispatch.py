@@ -370,3 +370,27 @@ def test_load_decides_once_per_setting_and_never_remembers_a_provisional_decisio
         assert fp32_nt.vendor and fp32_nt.provenance["measurement"]["candidates"][0]["source"] == "vendor"
     finally:
         runtime.forget_launchers()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"served": "ours", "winner": 0, "candidates": [{"name": "k"}]},  # no template or params
+     {"served": "vendor", "winner": 3, "candidates": [{"name": "v"}]},  # winner out of range
+     {"served": "ours", "winner": 0, "candidates": "x", "template": "wmma", "params": {}},
+     {"served": "ours", "winner": 0, "candidates": [{"name": "k"}], "template": "wmma", "params": {"FRAG": 1}}],
+)  # fmt: skip
+def test_a_remembered_record_that_does_not_hold_together_is_measured_again(bad):
+    assert serving._valid("gemm", P, bad) is None
+
+
+def test_a_remembered_record_of_ours_applies_while_the_template_renders_the_same_kernel():
+    good = {"served": "ours", "winner": 0, "candidates": [{"name": "k", "source": "default"}], "template": "wmma",
+            "params": WMMA, "template_hash": "0ld", "source_hash": render_hash("wmma", WMMA, P)}  # fmt: skip
+    assert serving._valid("gemm", P, good) is good
+    assert serving._valid("gemm", P, {**good, "source_hash": "another"}) is None
+
+
+def render_hash(template, params, problem):
+    from autotune.templates import render
+
+    return render("gemm", template, params, problem).source_hash
