@@ -56,10 +56,9 @@ def _valid(kernel: str, problem: Any, record: dict[str, Any] | None) -> dict[str
     if record is None or record.get("served") not in ("ours", "vendor") or not isinstance(record.get("winner"), int):
         return None
     rows = record.get("candidates")
-    if not isinstance(rows, list) or not 0 <= record["winner"] < len(rows) or not isinstance(rows[record["winner"]],
-                                                                                             dict):  # fmt: skip
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "name" in r for r in rows):
         return None
-    if not all(isinstance(r, dict) and "name" in r for r in rows):
+    if not 0 <= record["winner"] < len(rows):
         return None
     if record["served"] == "vendor":
         return record
