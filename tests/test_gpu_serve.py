@@ -24,6 +24,7 @@ def fresh(tmp_path, monkeypatch):
     """Each test decides anew (no memoized launchers) and remembers online choices in its own cache."""
     monkeypatch.setattr(choices, "choices_path", lambda cache, gpu_key: tmp_path / "choices" / f"{gpu_key}.json")
     monkeypatch.delenv(dispatch.ENV_ONLINE, raising=False)
+    monkeypatch.delenv(dispatch.ENV_VENDOR, raising=False)
     runtime.forget_launchers()
     yield tmp_path
     dispatch.set_online(None)
@@ -44,15 +45,21 @@ def gemm_ref(a, b):
     return a.double() @ b.double()
 
 
-TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+MODES = ["online", "vendor", "ours"]  # the default; the online choice off; AUTOTUNE_VENDOR=0 (our kernels only)
+
+
+def serve_mode(mode, monkeypatch):
+    dispatch.set_online(mode != "vendor")
+    if mode == "ours":
+        monkeypatch.setenv(dispatch.ENV_VENDOR, "0")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("online", [True, False], ids=["online", "vendor"])
-def test_gemm_runs_on_the_callers_torch_stream(torch, dtype, online):
+@pytest.mark.parametrize("mode", MODES)
+def test_gemm_runs_on_the_callers_torch_stream(torch, monkeypatch, dtype, mode):
     """Work queued on a side stream (a sleep, then the copy that fills a) must finish before the GEMM reads a:
     the GEMM is ordered on that stream, not on CuPy's or torch's default one."""
-    dispatch.set_online(online)
+    serve_mode(mode, monkeypatch)
     dt = getattr(torch, dtype)
     src = torch.randn(272, 512, device="cuda").to(dt)
     a = torch.zeros_like(src)
@@ -69,7 +76,9 @@ def test_gemm_runs_on_the_callers_torch_stream(torch, dtype, online):
 
 
 @pytest.mark.parametrize(("dtype", "layout"), [("float32", "NCHW"), ("float16", "NHWC")])
-def test_conv2d_runs_on_the_callers_torch_stream(torch, dtype, layout):
+@pytest.mark.parametrize("mode", MODES)
+def test_conv2d_runs_on_the_callers_torch_stream(torch, monkeypatch, dtype, layout, mode):
+    serve_mode(mode, monkeypatch)
     dt = getattr(torch, dtype)
     x_src = torch.randn(2, 64, 28, 28, device="cuda").to(dt)
     w = torch.randn(64, 64, 1, 1, device="cuda").to(dt)
@@ -91,13 +100,16 @@ def test_conv2d_runs_on_the_callers_torch_stream(torch, dtype, layout):
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warmed-up", "first-call-in-capture"])
-@pytest.mark.parametrize("online", [True, False], ids=["online", "vendor"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("dtype", "m"), [("float32", 16), ("float16", 64), ("float16", 272)])
-def test_gemm_and_conv2d_captured_in_a_cuda_graph_replay_with_new_inputs(torch, warm, online, dtype, m):
+def test_gemm_and_conv2d_captured_in_a_cuda_graph_replay_with_new_inputs(torch, monkeypatch, warm, mode, dtype, m):
     """float32 M=16: a stored winner of ours (split-K scratch, TMA maps); float16 M=64: a stored entry slower than
     cuBLAS, so the vendor; M=272: untuned (online, or the vendor). Without a warm-up, the first call is made
-    during capture: nothing is measured then, and the vendor serves."""
-    dispatch.set_online(online)
+    during capture: nothing is measured then, and the vendor serves. "ours" captures our kernels whatever the
+    vendor would do (after a warm-up: a kernel is never compiled or loaded during capture)."""
+    if mode == "ours" and not warm:
+        pytest.skip("our kernels are compiled and loaded before capture, as a warm-up does")
+    serve_mode(mode, monkeypatch)
     dt = getattr(torch, dtype)
     a = torch.randn(m, 4096, device="cuda", dtype=dt)
     b = torch.randn(4096, 4096, device="cuda", dtype=dt)
