@@ -13,6 +13,7 @@ is testable without a GPU.
 from __future__ import annotations
 
 import datetime
+import enum
 import logging
 import statistics
 import time
@@ -25,6 +26,15 @@ from .errors import AutotuneError
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET_S = 1.0
+
+
+class Outcome(str, enum.Enum):
+    """What became of a candidate (its ``status`` in the record)."""
+
+    OK = "ok"  # verified and timed
+    REJECTED = "rejected"  # not verified (wrong output, launch failure): never served
+    BUILD_FAILED = "build-failed"  # did not compile or load
+    SKIPPED = "skipped"  # the budget was spent before its turn
 
 
 @dataclass(frozen=True)
@@ -58,19 +68,19 @@ def measure_options(options: list[Option], runner: Runner, budget_s: float = DEF
         row: dict[str, Any] = {"name": option.name, "source": option.source, "median_ms": None, "error": None}
         rows.append(row)
         if clock() - start > budget_s:
-            row.update(status="skipped", reason=f"the budget of {budget_s:g} s was spent")
+            row.update(status=Outcome.SKIPPED.value, reason=f"the budget of {budget_s:g} s was spent")
             continue
         try:
             launcher = option.build()
         except AutotuneError as exc:
-            row.update(status="build-failed", reason=str(exc)[:300])
+            row.update(status=Outcome.BUILD_FAILED.value, reason=str(exc)[:300])
             continue
         ok, error, median, reason = runner.measure(launcher, option.choice is None)
         row.update(error=error, median_ms=median, reason=reason)
-        row["status"] = "ok" if ok and median is not None else "rejected"
+        row["status"] = (Outcome.OK if ok and median is not None else Outcome.REJECTED).value
         if option.choice is not None and option.choice.template:
             row.update(template=option.choice.template, params=dict(option.choice.params))
-    timed = [(r["median_ms"], i) for i, r in enumerate(rows) if r["status"] == "ok"]
+    timed = [(r["median_ms"], i) for i, r in enumerate(rows) if r["status"] == Outcome.OK.value]
     winner = min(timed)[1] if timed else None
     served = "none" if winner is None else ("vendor" if options[winner].choice is None else "ours")
     spent = clock() - start
