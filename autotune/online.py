@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BUDGET_S = 1.0
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What became of a candidate (its ``status`` in the record)."""
 
     OK = "ok"  # verified and timed
