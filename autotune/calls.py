@@ -147,18 +147,10 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         target, out_cp = out_cp, out_cp.copy()
     if m == 0 or n == 0:
         return out if out is not None else _like(out_cp, kind, dtype)
-    if k == 0:  # an empty sum: only the beta term is left
-        if beta == 0:
-            out_cp.fill(0)
-        elif dtype == "bfloat16":
-            from .kernels.gemm import bf16_bits, decode
-
-            out_cp[...] = bf16_bits(decode(out_cp, dtype) * beta)
-        else:
-            out_cp *= beta
+    if k == 0:
+        _empty_sum(out_cp, beta, dtype)
     else:
-        fast = (m, n, k, dtype, layout, tuned_dir, _env(),
-                cp.cuda.runtime.getDevice())  # fmt: skip
+        fast = (m, n, k, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
         launcher = _by_call.get(fast)
         if launcher is None:
             launcher = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
@@ -176,6 +168,18 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if out is not None:
         return out
     return _like(out_cp, kind, dtype)
+
+
+def _empty_sum(out: Any, beta: float, dtype: str) -> None:
+    """K = 0: an empty sum, so only the beta term is left."""
+    if beta == 0:
+        out.fill(0)
+    elif dtype == "bfloat16":
+        from .kernels.gemm import bf16_bits, decode
+
+        out[...] = bf16_bits(decode(out, dtype) * beta)
+    else:
+        out *= beta
 
 
 def _like(x: Any, kind: str, dtype: str = "float32") -> Any:
