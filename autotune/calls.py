@@ -116,13 +116,7 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         raise ValueError(f"gemm needs a[M, K] and b[K, N]; got {a_cp.shape} and {b_cp.shape}")
     if adt != bdt:
         raise TypeError(f"a and b must have the same dtype; got {adt} and {bdt}")
-    dtype = adt
-    if precision == "tf32":
-        if dtype != "float32":
-            raise ValueError(f"precision='tf32' applies to float32 operands, not {dtype}")
-        dtype = "tfloat32"
-    elif precision is not None:
-        raise ValueError(f"precision must be None or 'tf32', got {precision!r}")
+    dtype = _computed(adt, precision)
     m, k = a_cp.shape
     n = b_cp.shape[1]
     storage = a_cp.dtype
@@ -168,6 +162,17 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if out is not None:
         return out
     return _like(out_cp, kind, dtype)
+
+
+def _computed(dtype: str, precision: str | None) -> str:
+    """The dtype a GEMM computes in: the operands', or tfloat32 for float32 operands with precision="tf32"."""
+    if precision == "tf32":
+        if dtype != "float32":
+            raise ValueError(f"precision='tf32' applies to float32 operands, not {dtype}")
+        return "tfloat32"
+    if precision is not None:
+        raise ValueError(f"precision must be None or 'tf32', got {precision!r}")
+    return dtype
 
 
 def _empty_sum(out: Any, beta: float, dtype: str) -> None:
