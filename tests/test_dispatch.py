@@ -394,3 +394,26 @@ def render_hash(template, params, problem):
     from autotune.templates import render
 
     return render("gemm", template, params, problem).source_hash
+
+
+def test_torch_operands_are_copied_only_where_the_kernels_cannot_read_them_in_place():
+    torch = pytest.importorskip("torch")
+    from autotune.streams import is_torch, torch_operand
+
+    w = torch.randn(64, 32)
+    assert torch_operand(w, False) is not None and torch_operand(w, False).data_ptr() == w.data_ptr()
+    assert torch_operand(w.t(), True).data_ptr() == w.data_ptr()  # a transposed view, read in place
+    copied = torch_operand(w.t(), False)  # the fp32 kernels read row-major only
+    assert copied.is_contiguous() and copied.data_ptr() != w.data_ptr() and torch.equal(copied, w.t())
+    odd = torch.randn(64 * 32 + 1)[1:].view(64, 32)  # contiguous, 4 bytes off a 16-byte boundary
+    fixed = torch_operand(odd, True)
+    assert fixed.data_ptr() % 16 == 0 and torch.equal(fixed, odd)
+    sliced = w[:, :16]  # padded rows
+    assert torch_operand(sliced, True).is_contiguous() and torch.equal(torch_operand(sliced, True), sliced)
+    assert is_torch(w) and not is_torch(np_array())
+
+
+def np_array():
+    import numpy as np
+
+    return np.ones(3)
