@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .compiler import CompileResult, compile_source, nvrtc_version
@@ -36,6 +36,9 @@ from .errors import AutotuneError, StoreError
 from .kernels import FAMILIES
 from .store import read, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
+
+if TYPE_CHECKING:
+    from .vendor import VendorLauncher
 
 log = logging.getLogger(__name__)
 
@@ -336,9 +339,9 @@ class StagedLauncher(Launcher):
 
 
 _cache = CubinCache()
-_launchers: dict[tuple, Launcher] = {}
-_by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
-_hot: dict[tuple, tuple[Launcher, bool, bool]] = {}  # call signature -> launcher, operands read transposed
+_launchers: dict[tuple, Launcher | VendorLauncher] = {}
+_by_call: dict[tuple, Launcher | VendorLauncher] = {}  # gemm()'s own memo: skips building a problem on every call
+_hot: dict[tuple, tuple[Launcher | VendorLauncher, bool, bool]] = {}  # call signature -> launcher, transposed?
 _launchers_lock = threading.Lock()
 
 
@@ -382,7 +385,8 @@ def _problem(kernel: str, dtype: str, layout: str | None, shape: dict[str, int])
 
 
 def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = None,
-         tuned_dir: str | Path | None = None, online: bool | None = None, **shape: int) -> Launcher:  # fmt: skip
+         tuned_dir: str | Path | None = None, online: bool | None = None,
+         **shape: int) -> Launcher | VendorLauncher:  # fmt: skip
     """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)`` or
     ``load("conv2d", N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)``; ``layout`` defaults to the
     family's first (GEMM "NN", convolution "NCHW").
