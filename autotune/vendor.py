@@ -105,7 +105,8 @@ class VendorLauncher:
         from .streams import torch_on_cupy_stream
 
         # bfloat16 bits travel as uint16; torch reads them as int16 (CAI) and views them as bfloat16
-        ta, tb, tout = (torch.as_tensor(x.view("int16"), device="cuda").view(torch.bfloat16) for x in (op_a, op_b, out))
+        dev = f"cuda:{out.device.id}"
+        ta, tb, tout = (torch.as_tensor(x.view("int16"), device=dev).view(torch.bfloat16) for x in (op_a, op_b, out))
         with torch_on_cupy_stream():
             self._torch_gemm(ta, tb, tout, alpha, beta)
         return out
@@ -139,7 +140,8 @@ class VendorLauncher:
         if alpha != 1.0 or beta != 0.0:
             raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
         xs, ws, _ = self._shapes  # type: ignore[misc]
-        tx, tw, tout = (torch.as_tensor(v, device="cuda") for v in (x.reshape(xs), w.reshape(ws), out))
+        dev = f"cuda:{out.device.id}"
+        tx, tw, tout = (torch.as_tensor(v, device=dev) for v in (x.reshape(xs), w.reshape(ws), out))
         with torch_on_cupy_stream():
             y = self._torch_conv(tx, tw)
             tout.copy_(y)
