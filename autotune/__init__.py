@@ -3,12 +3,16 @@
 Importing this package touches neither the GPU nor Optuna; those load when they are first used.
 """
 
+from .calls import conv2d, gemm
+from .dispatch import set_online
 from .errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
 from .evaluate import Candidate, Settings, Status, TrialResult, evaluate
 from .expr import Expression
-from .runtime import Launcher, conv2d, gemm, load
+from .hooks import set_call_observer
+from .runtime import Launcher, load
 from .space import Config, Param, Space
 from .spec import Spec, load_spec, parse_spec
+from .vendor import VendorLauncher
 
 __version__ = "0.1.0"
 
@@ -27,6 +31,7 @@ __all__ = [
     "Status",
     "StoreError",
     "TrialResult",
+    "VendorLauncher",
     "Launcher",
     "conv2d",
     "evaluate",
@@ -34,4 +39,6 @@ __all__ = [
     "load",
     "load_spec",
     "parse_spec",
+    "set_call_observer",
+    "set_online",
 ]

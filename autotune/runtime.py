@@ -25,21 +25,27 @@ import math
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import hooks
 from .compiler import CompileResult, compile_source, nvrtc_version
-from .errors import AutotuneError
+from .errors import AutotuneError, StoreError
 from .kernels import FAMILIES
 from .store import read_or_empty, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
+
+if TYPE_CHECKING:
+    from .vendor import VendorLauncher
 
 log = logging.getLogger(__name__)
 
 ENV_TUNED_DIR = "AUTOTUNE_TUNED_DIR"
 ENV_CACHE_DIR = "AUTOTUNE_CACHE_DIR"
+ENV_ONLINE = "AUTOTUNE_ONLINE"  # "0": no online choice; untuned problems go to the vendor (autotune.dispatch)
+ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": the lookup chain's kernel, never the vendor (autotune.dispatch)
 
 
 def default_tuned_dir() -> Path:
@@ -84,7 +90,8 @@ def _dims(problem: Any) -> tuple[int, ...]:
 
 
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
-    return sum(abs(math.log(x / y)) for x, y in zip(a, b, strict=True))
+    """Sum of |log ratio| per dimension, on sizes plus one: padding 0 (or any zero) is a size, not log(0)."""
+    return sum(abs(math.log((x + 1) / (y + 1))) for x, y in zip(a, b, strict=True))
 
 
 def _usable(kernel: str, key: str, entry: dict[str, Any], where: str) -> bool:
@@ -116,13 +123,19 @@ def _fits(kernel: str, key: str, entry: dict[str, Any], problem: Any) -> bool:
 
 def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, layout: str) -> Choice | None:
     """Exact entry, else the nearest usable shape of the same dtype and layout whose config fits this shape."""
+    return next(_ranked_doc(kernel, doc, gpu_key, problem, layout), None)
+
+
+def _ranked_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, layout: str) -> Iterator[Choice]:
+    """The exact entry if usable and fitting, then the usable entries of the same dtype and layout whose
+    configs fit this shape, nearest first."""
     family = FAMILIES[kernel]
     exact = f"{problem.dtype}/{layout}/{problem.label}"
     entries = doc.get("entries", {})
     if exact in entries and _usable(kernel, exact, entries[exact], gpu_key) and _fits(kernel, exact, entries[exact],
                                                                                       problem):  # fmt: skip
         e = entries[exact]
-        return Choice(e["template"], dict(e["params"]), "exact", f"{gpu_key} {exact}", e)
+        yield Choice(e["template"], dict(e["params"]), "exact", f"{gpu_key} {exact}", e)
     dims = _dims(problem)
     near: list[tuple[float, str]] = []
     for key, e in entries.items():
@@ -133,10 +146,31 @@ def _search_doc(kernel: str, doc: dict[str, Any], gpu_key: str, problem: Any, la
         if len(_dims(other)) == len(dims):
             near.append((_distance(dims, _dims(other)), key))
     for _, key in sorted(near):
-        if _fits(kernel, key, entries[key], problem):
+        if key != exact and _fits(kernel, key, entries[key], problem):
             e = entries[key]
-            return Choice(e["template"], dict(e["params"]), "nearest", f"{gpu_key} {key}", e)
-    return None
+            yield Choice(e["template"], dict(e["params"]), "nearest", f"{gpu_key} {key}", e)
+
+
+def ranked_choices(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str,
+                   limit: int = 3) -> list[Choice]:  # fmt: skip
+    """Up to ``limit`` stored winners that fit ``problem``, nearest first: this GPU's, then its architecture's
+    (an unreadable results file is passed over, with a debug line)."""
+    suffix = "-" + arch.replace("_", "")
+    paths = [tuned_file(tuned_dir, gpu_key, kernel)]
+    paths += sorted(p for p in tuned_dir.glob(f"*{suffix}/{kernel}.json") if p.parent.name != gpu_key)
+    found: list[Choice] = []
+    for path in paths:
+        try:
+            doc = read(path)
+        except StoreError as exc:
+            log.debug("online candidates: %s", exc)
+            continue
+        step = None if path.parent.name == gpu_key else "same-arch"
+        for c in _ranked_doc(kernel, doc, path.parent.name, problem, layout):
+            found.append(Choice(c.template, c.params, step or c.step, c.source, c.entry))
+            if len(found) >= limit:
+                return found
+    return found
 
 
 def choose(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir: Path, layout: str | None = None) -> Choice:
@@ -233,6 +267,10 @@ class Launcher:
         self._gemm = kernel == "gemm"  # GEMM's arguments are packed here, without a call into the family
         self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)) if self._gemm else ()
         self._f32 = np.float32
+        self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
+        self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
+
+    vendor = False
 
     @property
     def config(self) -> dict[str, Any]:
@@ -240,12 +278,20 @@ class Launcher:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """Where the configuration came from: lookup step, entry key, and the stored entry's record."""
+        """Where the configuration came from: the step (exact | online | vendor | nearest | same-arch |
+        default), entry key or candidate source, the stored entry's record, why, and the online measurement."""
         return {"step": self.choice.step, "source": self.choice.source, "template": self.choice.template,
-                "entry": self.choice.entry}  # fmt: skip
+                "entry": self.choice.entry, "why": self.serving.get("why"),
+                "measurement": self.serving.get("measurement")}  # fmt: skip
 
     def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here)."""
+        """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here),
+        on CuPy's current stream; through the call observer when one is set (``set_call_observer``)."""
+        if hooks.observer is None:
+            return self._launch(a, b, out, alpha, beta)
+        return hooks.observer(self.kernel, self.problem, lambda: self._launch(a, b, out, alpha, beta))
+
+    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
             stream = _stream_key()
@@ -277,7 +323,7 @@ class StagedLauncher(Launcher):
         super().__init__(kernel, problem, choice, fn, launch, kernel_name, new_scratch)
         self._steps = steps  # (function, Step) in launch order
 
-    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
             stream = _stream_key()
@@ -293,9 +339,9 @@ class StagedLauncher(Launcher):
 
 
 _cache = CubinCache()
-_launchers: dict[tuple, Launcher] = {}
-_by_call: dict[tuple, Launcher] = {}  # gemm()'s own memo: skips building a problem on every call
-_hot: dict[tuple, tuple[Launcher, bool, bool]] = {}  # call signature -> launcher, operands read transposed
+_launchers: dict[tuple, Launcher | VendorLauncher] = {}
+_by_call: dict[tuple, Launcher | VendorLauncher] = {}  # gemm()'s own memo: skips building a problem on every call
+_hot: dict[tuple, tuple[Launcher | VendorLauncher, bool, bool]] = {}  # call signature -> launcher, transposed?
 _launchers_lock = threading.Lock()
 
 
@@ -319,13 +365,8 @@ def _gpu(device_id: int) -> tuple[str, str]:
     return gpu.key, gpu.arch
 
 
-def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = None,
-         tuned_dir: str | Path | None = None, **shape: int) -> Launcher:  # fmt: skip
-    """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)`` or
-    ``load("conv2d", N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)``; ``layout`` defaults to the
-    family's first (GEMM "NN", convolution "NCHW")."""
-    import cupy as cp
-
+def _problem(kernel: str, dtype: str, layout: str | None, shape: dict[str, int]) -> tuple[Any, str]:
+    """The family's problem record for ``load``'s arguments; AutotuneError with one sentence if they are bad."""
     if kernel not in FAMILIES:
         raise AutotuneError(f"unknown kernel family {kernel!r}; expected one of {', '.join(FAMILIES)}")
     family = FAMILIES[kernel]
@@ -334,22 +375,64 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
         if set(shape) != {"M", "N", "K"}:
             raise AutotuneError(f"load('gemm', ...) needs M, N and K, got {', '.join(shape) or 'none'}")
         try:
-            problem = family.problem([shape["M"], shape["N"], shape["K"]], dtype, layout)
+            return family.problem([shape["M"], shape["N"], shape["K"]], dtype, layout), layout
         except ValueError as exc:
             raise AutotuneError(f"load('gemm', ...): {exc}") from None
-    else:
-        try:
-            problem = family.problem(dict(shape), dtype, layout)
-        except (ValueError, TypeError) as exc:
-            raise AutotuneError(f"load({kernel!r}, ...): {exc}") from None
+    try:
+        return family.problem(dict(shape), dtype, layout), layout
+    except (ValueError, TypeError) as exc:
+        raise AutotuneError(f"load({kernel!r}, ...): {exc}") from None
+
+
+def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = None,
+         tuned_dir: str | Path | None = None, online: bool | None = None,
+         **shape: int) -> Launcher | VendorLauncher:  # fmt: skip
+    """A reusable launcher for one problem, e.g. ``load("gemm", M=4096, N=4096, K=4096)`` or
+    ``load("conv2d", N=1, C=64, H=56, W=56, K=64, R=3, S=3, stride=1, pad=1)``; ``layout`` defaults to the
+    family's first (GEMM "NN", convolution "NCHW").
+
+    What serves it (see ``autotune.dispatch``): the exact stored winner if it beat the vendor, else the online
+    choice (measured on the first call, remembered in the user cache; ``online=False``, ``set_online(False)``
+    or ``AUTOTUNE_ONLINE=0`` turn it off), else the vendor library (a ``VendorLauncher``, called the same way).
+    ``launcher.provenance`` says which and why.
+    """
+    import cupy as cp
+
+    from . import dispatch, serving
+
+    problem, layout = _problem(kernel, dtype, layout, shape)
     tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
     device_id = cp.cuda.Device().id
-    memo = (kernel, problem, layout, str(tdir), device_id)
+    on = dispatch.online_enabled(online)
+    memo = (kernel, problem, layout, str(tdir), device_id, on, dispatch.vendor_enabled())
     with _launchers_lock:
         if memo in _launchers:
             return _launchers[memo]
     gpu_key, arch = _gpu(device_id)
-    choice = choose(kernel, problem, gpu_key, arch, tdir, layout)
+    try:
+        lookup: Choice | None = choose(kernel, problem, gpu_key, arch, tdir, layout)
+    except AutotuneError as exc:  # no template of ours computes it: the vendor serves
+        log.debug("%s", exc)
+        lookup = None
+    try:
+        template, params = FAMILIES[kernel].default_config(problem.dtype, layout)
+        default: Choice | None = Choice(template, params, "default", "default")
+    except ValueError:
+        default = None
+    launcher = serving.serve(
+        kernel, problem, lookup, ranked=ranked_choices(kernel, problem, gpu_key, arch, tdir, layout), default=default,
+        gpu_key=gpu_key, cache=cache_dir(), build_ours=lambda c: _build(kernel, problem, c, arch), make_choice=Choice,
+        online_on=on,
+    )  # fmt: skip
+    if not launcher.provisional:  # a decision made during graph capture is made again on the next call
+        with _launchers_lock:
+            _launchers[memo] = launcher
+    return launcher
+
+
+def _build(kernel: str, problem: Any, choice: Choice, arch: str) -> Launcher:
+    """Our kernel for ``problem`` in configuration ``choice``: rendered, compiled (cubin cache), loaded."""
+    family = FAMILIES[kernel]
     reason = family.check_problem(choice.template, choice.params, problem)
     if reason:
         raise AutotuneError(f"{kernel} {problem.label}: the {choice.step} configuration {reason}")
@@ -364,217 +447,22 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
         new_scratch = functools.partial(family.new_scratch, choice.template, dict(choice.params), problem)
     if launch.before:
         steps = tuple((load_kernel(compiled, s.shared_bytes, s.kernel_name), s) for s in launch.before)
-        launcher: Launcher = StagedLauncher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch,
-                                            steps)  # fmt: skip
-    else:
-        launcher = Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch)
+        return StagedLauncher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch, steps)
+    return Launcher(kernel, problem, choice, fn, launch, rendered.kernel_name, new_scratch)
+
+
+def forget_launchers() -> None:
+    """Drop every memoized launcher and call signature (after ``set_online``, say): the next call decides again."""
     with _launchers_lock:
-        _launchers[memo] = launcher
-    return launcher
+        _launchers.clear()
+        _by_call.clear()
+        _hot.clear()
 
 
-_GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
-_BY_CHAR = {"f": "float32", "e": "float16"}  # dtype.char -> name: the per-call path avoids dtype.name and str()
+def __getattr__(name: str) -> Any:
+    """``gemm``, ``conv2d`` and their operand helpers live in ``autotune.calls``; reachable here as before."""
+    if name in ("gemm", "conv2d", "_as_cupy", "_stored", "_like"):
+        from . import calls
 
-
-def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
-    """(CuPy view, where it came from, gemm dtype). bfloat16 torch tensors become uint16 views of their bits."""
-    import cupy as cp
-
-    if type(x) is cp.ndarray and x.dtype.char in _BY_CHAR:  # the common case, first and cheap
-        return x, "cupy", _BY_CHAR[x.dtype.char]
-    kind = "cupy" if isinstance(x, cp.ndarray) else type(x).__module__.split(".")[0]
-    if kind == "numpy":
-        raise TypeError(f"{name} is a NumPy array in host memory; pass a CuPy array (cupy.asarray) or a GPU tensor")
-    if kind == "torch":
-        if not getattr(x, "is_cuda", False):
-            raise TypeError(f"{name} is a torch tensor on {getattr(x, 'device', 'the host')}; move it to the GPU first")
-        x = x.detach()  # a tensor that requires grad refuses __cuda_array_interface__; the data is the same
-    if kind == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
-        import torch
-
-        return cp.from_dlpack(x.view(torch.int16)).view(cp.uint16), kind, "bfloat16"
-    if isinstance(x, cp.ndarray):
-        arr = x
-    elif hasattr(x, "__cuda_array_interface__"):
-        arr = cp.asarray(x)
-    elif hasattr(x, "__dlpack__"):
-        arr = cp.from_dlpack(x)
-    else:
-        raise TypeError(f"{name} must be a CuPy array or a GPU array with __cuda_array_interface__ or __dlpack__")
-    if arr.dtype.name not in _GEMM_DTYPES:
-        raise TypeError(f"{name} is {arr.dtype}; gemm takes float32, float16 or (torch) bfloat16")
-    return arr, kind, arr.dtype.name
-
-
-def _stored(x: Any, transposable: bool) -> tuple[Any, str]:
-    """The operand as the kernels read it: row-major ("N"), or its transpose row-major ("T", no copy).
-
-    The kernels load 16 bytes at a time from row starts: other views (strided, or starting off a 16-byte
-    boundary) are copied first.
-    """
-    rows, cols = x.shape
-    size, strides = x.itemsize, x.strides
-    aligned = x.data.ptr % 16 == 0
-    # strides first (cheap); flags (built per access) only for the degenerate cases strides cannot tell
-    if aligned and (strides == (cols * size, size) or x.flags.c_contiguous):
-        return x, "N"
-    if transposable and aligned and (strides == (size, rows * size) or x.flags.f_contiguous):
-        return x.T, "T"
-    return x.copy(order="C"), "N"
-
-
-def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0, *, precision: str | None = None,
-         tuned_dir: str | Path | None = None) -> Any:  # fmt: skip
-    """``out = alpha * a @ b + beta * out`` with the tuned kernel for this GPU, dtype, layout and shape.
-
-    Takes CuPy arrays, or any GPU array with ``__cuda_array_interface__`` or ``__dlpack__`` (PyTorch
-    tensors, bfloat16 included); returns the same kind as ``a``. float32, float16 and bfloat16 operands
-    compute in that type with fp32 accumulation; ``precision="tf32"`` runs float32 operands on tensor cores
-    with tf32 inputs (faster, lower precision). Transposed views (``x.T`` of a row-major array) are read in
-    place by the 16-bit and tf32 kernels; other non-contiguous operands are copied first.
-    """
-    import cupy as cp
-
-    # Hot path: CuPy operands and out exactly as in an earlier call (shapes, strides, dtypes) and aligned.
-    nd = cp.ndarray
-    if precision is None and type(a) is nd and type(b) is nd and type(out) is nd:
-        sig = (a.shape, b.shape, out.shape, a.strides, b.strides, out.strides, a.dtype.char, b.dtype.char,
-               out.dtype.char, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())  # fmt: skip
-        hot = _hot.get(sig)
-        if hot is not None and not (a.data.ptr | b.data.ptr | out.data.ptr) & 15:
-            launcher, ta, tb = hot
-            launcher(a.T if ta else a, b.T if tb else b, out, alpha, beta)
-            return out
-    else:
-        sig = None
-
-    a_cp, kind, adt = _as_cupy(a, "a")
-    b_cp, _, bdt = _as_cupy(b, "b")
-    if a_cp.ndim != 2 or b_cp.ndim != 2 or a_cp.shape[1] != b_cp.shape[0]:
-        raise ValueError(f"gemm needs a[M, K] and b[K, N]; got {a_cp.shape} and {b_cp.shape}")
-    if adt != bdt:
-        raise TypeError(f"a and b must have the same dtype; got {adt} and {bdt}")
-    dtype = adt
-    if precision == "tf32":
-        if dtype != "float32":
-            raise ValueError(f"precision='tf32' applies to float32 operands, not {dtype}")
-        dtype = "tfloat32"
-    elif precision is not None:
-        raise ValueError(f"precision must be None or 'tf32', got {precision!r}")
-    m, k = a_cp.shape
-    n = b_cp.shape[1]
-    storage = a_cp.dtype
-    if out is None:
-        if beta != 0:
-            raise ValueError("beta != 0 needs an out array to accumulate into")
-        out_cp = cp.empty((m, n), dtype=storage)
-    else:
-        out_cp, _, odt = _as_cupy(out, "out")
-        if (
-            out_cp.shape != (m, n)
-            or odt != adt
-            or not (out_cp.strides == (n * out_cp.itemsize, out_cp.itemsize) or out_cp.flags.c_contiguous)
-        ):
-            raise ValueError(f"out must be a C-contiguous {adt} array of shape {(m, n)}")
-    transposable = dtype != "float32"  # the fp32 SIMT kernels read row-major operands only
-    a_cp, la = _stored(a_cp, transposable)
-    b_cp, lb = _stored(b_cp, transposable)
-    layout = la + lb
-    target = None
-    if out_cp.data.ptr % 16:
-        target, out_cp = out_cp, out_cp.copy()
-    if m == 0 or n == 0:
-        return out if out is not None else _like(out_cp, kind, dtype)
-    if k == 0:  # an empty sum: only the beta term is left
-        if beta == 0:
-            out_cp.fill(0)
-        elif dtype == "bfloat16":
-            from .kernels.gemm import bf16_bits, decode
-
-            out_cp[...] = bf16_bits(decode(out_cp, dtype) * beta)
-        else:
-            out_cp *= beta
-    else:
-        fast = (m, n, k, dtype, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR), cp.cuda.runtime.getDevice())
-        launcher = _by_call.get(fast)
-        if launcher is None:
-            launcher = _by_call[fast] = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
-        launcher(a_cp, b_cp, out_cp, alpha, beta)
-        stored_as_given = (a_cp is a or la == "T") and (b_cp is b or lb == "T") and out_cp is out
-        if sig is not None and target is None and stored_as_given:
-            _hot[sig] = (launcher, la == "T", lb == "T")
-    if target is not None:
-        target[...] = out_cp
-    if out is not None:
-        return out
-    return _like(out_cp, kind, dtype)
-
-
-def _like(x: Any, kind: str, dtype: str = "float32") -> Any:
-    if kind == "torch":
-        import torch
-
-        t = torch.from_dlpack(x)
-        return t.view(torch.bfloat16) if dtype == "bfloat16" else t
-    return x
-
-
-def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCHW", out: Any = None, *,
-           tuned_dir: str | Path | None = None) -> Any:  # fmt: skip
-    """2-D convolution (cross-correlation, as ``torch.nn.functional.conv2d``) with the tuned kernel for this
-    GPU, dtype, layout and shape; groups 1, dilation 1.
-
-    ``layout="NCHW"``: x[N, C, H, W], w[K, C, R, S] -> out[N, K, P, Q]; ``"NHWC"``: x[N, H, W, C],
-    w[K, R, S, C] -> out[N, P, Q, K]. Takes CuPy arrays or GPU arrays with ``__cuda_array_interface__`` /
-    ``__dlpack__`` (PyTorch tensors; a channels-last tensor is NHWC data: pass ``layout="NHWC"`` with it
-    permuted to N, H, W, C). Operands that are not C-contiguous are copied first.
-    """
-    import cupy as cp
-
-    if "conv2d" not in FAMILIES:
-        raise AutotuneError("this autotune has no conv2d kernel family")
-    if layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
-    for name, v, low in (("stride", stride, 1), ("padding", padding, 0)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low} (the same for both dimensions), got {v!r}")
-    x_cp, kind, xdt = _as_cupy(x, "x")
-    w_cp, _, wdt = _as_cupy(w, "w")
-    if x_cp.ndim != 4 or w_cp.ndim != 4:
-        raise ValueError(f"conv2d needs 4-D x and w; got {x_cp.shape} and {w_cp.shape}")
-    if xdt != wdt:
-        raise TypeError(f"x and w must have the same dtype; got {xdt} and {wdt}")
-    if layout == "NCHW":
-        (n, c, h, wd), (k, c2, r, s) = x_cp.shape, w_cp.shape
-    else:
-        (n, h, wd, c), (k, r, s, c2) = x_cp.shape, w_cp.shape
-    if c != c2:
-        raise ValueError(f"x has {c} channels but w expects {c2} ({layout})")
-    p, q = (h + 2 * padding - r) // stride + 1, (wd + 2 * padding - s) // stride + 1
-    if min(n, c, k) < 1 or p < 1 or q < 1:
-        raise ValueError(f"no output: x {x_cp.shape} and w {w_cp.shape} with stride {stride}, padding {padding}")
-    x_cp, _ = _stored(x_cp.reshape(x_cp.shape[0], -1), False)
-    w_cp, _ = _stored(w_cp.reshape(w_cp.shape[0], -1), False)
-    out_shape = (n, k, p, q) if layout == "NCHW" else (n, p, q, k)
-    if out is None:
-        out_cp = cp.empty(out_shape, dtype=x_cp.dtype)
-    else:
-        out_cp, _, odt = _as_cupy(out, "out")
-        if out_cp.shape != out_shape or odt != xdt or not out_cp.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous {xdt} array of shape {out_shape}")
-    target = None
-    if out_cp.data.ptr % 16:
-        target, out_cp = out_cp, out_cp.copy()
-    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, os.environ.get(ENV_TUNED_DIR),
-           cp.cuda.runtime.getDevice())  # fmt: skip
-    launcher = _by_call.get(key)
-    if launcher is None:
-        launcher = _by_call[key] = load("conv2d", dtype=xdt, layout=layout, tuned_dir=tuned_dir, N=n, C=c, H=h, W=wd,
-                                        K=k, R=r, S=s, stride=stride, pad=padding)  # fmt: skip
-    launcher(x_cp, w_cp, out_cp)
-    if target is not None:
-        target[...] = out_cp
-    if out is not None:
-        return out
-    return _like(out_cp, kind, xdt)
+        return getattr(calls, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

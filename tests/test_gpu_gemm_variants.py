@@ -15,6 +15,13 @@ from autotune.kernels import FAMILIES
 from autotune.space import Config
 from autotune.verify import tolerance_for
 
+
+@pytest.fixture(autouse=True)
+def _our_kernels_through_the_runtime(monkeypatch):
+    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.dispatch)."""
+    monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
+
+
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
 GEMM = FAMILIES["gemm"]
