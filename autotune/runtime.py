@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import hooks
 from .compiler import CompileResult, compile_source, nvrtc_version
-from .errors import AutotuneError, StoreError
+from .errors import AutotuneError
 from .kernels import FAMILIES
 from .store import read_or_empty, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
@@ -160,11 +160,7 @@ def ranked_choices(kernel: str, problem: Any, gpu_key: str, arch: str, tuned_dir
     paths += sorted(p for p in tuned_dir.glob(f"*{suffix}/{kernel}.json") if p.parent.name != gpu_key)
     found: list[Choice] = []
     for path in paths:
-        try:
-            doc = read(path)
-        except StoreError as exc:
-            log.debug("online candidates: %s", exc)
-            continue
+        doc = read_or_empty(path)
         step = None if path.parent.name == gpu_key else "same-arch"
         for c in _ranked_doc(kernel, doc, path.parent.name, problem, layout):
             found.append(Choice(c.template, c.params, step or c.step, c.source, c.entry))
