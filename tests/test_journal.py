@@ -51,7 +51,7 @@ def _cut(path: Path, n: int) -> bytes:
 
 def _run_in_child(spec, journal: Path, trials: int) -> None:
     """A run in another process (tests/fakes.py), which then exits: its trials have a dead owner."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = _env()
     cmd = [
         sys.executable,
         str(ROOT / "tests" / "fakes.py"),
@@ -160,7 +160,7 @@ def _kill_after(tmp_path: Path, journal: Path, name: str, step: str) -> None:
         trial = {step}
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = _env()
     proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == -signal.SIGKILL
 
@@ -235,7 +235,7 @@ def test_gpu_run_resumes_a_torn_journal_from_the_command_line(tmp_path, capsys):
     spec.write_text(NAIVE_SPEC.replace('shapes: [[64, 64, 64], "96x80x72"]', "shapes: [[256, 256, 256]]"))
     journal = tmp_path / "runs" / "naive.journal"
     argv = ["run", str(spec), "--storage", str(journal), "--tuned-dir", str(tmp_path / "tuned"), "--jobs", "2"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the first run in its own process, which then ends
+    env = _env()  # the first run in its own process, which then ends
     subprocess.run([sys.executable, "-m", "autotune", *argv, "--trials", "3"], env=env, check=True, timeout=600)
     _cut(journal, 37)
     capsys.readouterr()
@@ -250,3 +250,8 @@ def test_gpu_run_resumes_a_torn_journal_from_the_command_line(tmp_path, capsys):
         t for t in study.trials if t.user_attrs.get("status") not in (None, "interrupted", "unevaluated", "invalid")
     ]
     assert len(evaluated) >= 5
+
+
+def _env() -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH (keeping what was there: the GPU host's site)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
