@@ -34,4 +34,17 @@ __all__ = [
     "load",
     "load_spec",
     "parse_spec",
+    "record",
 ]
+
+
+def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used
+    if name == "record":
+        from .recording import record
+
+        return record
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -1,0 +1,324 @@
+"""Record the GEMM and convolution problems a model runs, as a workload file that ``autotune run`` can tune.
+
+    with autotune.record("workload.yaml"):
+        model(x)
+
+Every call the runtime serves (through its call observer, ``runtime.set_call_observer``) and every call
+that :mod:`autotune.torch` sends to the vendor is counted per problem and timed on the GPU with CUDA
+events around it (torch's current stream when torch has initialised CUDA, else CuPy's). Calls made while
+a CUDA graph is being captured are counted but not timed. Recorders nest: each sees every call.
+
+The workload format (version 1), YAML::
+
+    workload: 1                      # format version
+    device: NVIDIA H200              # the GPU it was recorded on (null if unknown)
+    recorded: '2026-12-01T21:30:00Z'
+    total_gpu_ms: 12.5               # GPU time of all calls: each problem's gpu_us x calls, summed
+    problems:                        # in the order each problem was first called
+      - kernel: gemm                 # the keys and shape syntax of a tuning spec (configs/*.yaml)
+        dtype: float16
+        layout: NT
+        shape: 1x14336x4096          # the family's label: MxNxK, or n1c64h56w56k64r3s3u1p1 for conv2d
+        calls: 2
+        gpu_us: 31.2                 # mean GPU time per timed call (null if none was timed)
+        time_share: 0.41             # gpu_us x calls over total_gpu_ms (null if nothing was timed)
+
+:func:`read_workload` reads it back and validates every entry with the family's own problem parser.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from .errors import SpecError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Recorder", "Workload", "WorkloadProblem", "observer", "read_workload", "record"]
+
+VERSION = 1
+PROBLEM_KEYS = ("kernel", "dtype", "layout", "shape", "calls", "gpu_us", "time_share")
+RESOLVE_EVERY = 1024  # pending timings resolved (one synchronize) once this many have piled up
+
+
+@dataclass(frozen=True)
+class WorkloadProblem:
+    """One problem of a workload: what it is, how often it ran and how much of the GPU time it took."""
+
+    kernel: str
+    dtype: str
+    layout: str
+    shape: str  # the family's label, e.g. "1x14336x4096" or "n1c64h56w56k64r3s3u1p1"
+    calls: int
+    gpu_us: float | None  # mean GPU time per timed call
+    time_share: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in PROBLEM_KEYS}
+
+
+@dataclass(frozen=True)
+class Workload:
+    problems: tuple[WorkloadProblem, ...]
+    device: str | None = None
+    recorded: str | None = None  # UTC, ISO 8601
+
+    @property
+    def total_gpu_ms(self) -> float:
+        return sum((p.gpu_us or 0.0) * p.calls for p in self.problems) / 1e3
+
+    def to_yaml(self) -> str:
+        doc = {
+            "workload": VERSION,
+            "device": self.device,
+            "recorded": self.recorded,
+            "total_gpu_ms": round(self.total_gpu_ms, 6),
+            "problems": [p.as_dict() for p in self.problems],
+        }
+        head = "# autotune workload, recorded by autotune.record(); see autotune/recording.py for the format\n"
+        return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+class Timer(Protocol):
+    """Times one call on the GPU: ``begin`` before it, ``end`` after it; ``elapsed_ms`` once it is done."""
+
+    def begin(self) -> Any: ...
+    def end(self, token: Any) -> Any: ...
+    def elapsed_ms(self, pending: Any) -> float: ...
+
+
+class CudaEventTimer:
+    """CUDA events on the stream the call launches on: torch's current stream once torch has initialised
+    CUDA (the runtime launches torch tensors' calls there), else CuPy's current stream. ``begin`` gives
+    None while that stream is capturing a CUDA graph: such calls are counted, not timed."""
+
+    def begin(self) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            if torch.cuda.is_current_stream_capturing():
+                return None
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            return start
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        if stream.is_capturing():
+            return None
+        start = cupy.cuda.Event()
+        start.record(stream)
+        return start
+
+    def end(self, token: Any) -> Any:
+        if type(token).__module__.startswith("torch"):
+            import torch
+
+            stop = torch.cuda.Event(enable_timing=True)
+            stop.record()
+            return token, stop
+        import cupy
+
+        stop = cupy.cuda.Event()
+        stop.record(cupy.cuda.get_current_stream())
+        return token, stop
+
+    def elapsed_ms(self, pending: Any) -> float:
+        start, stop = pending
+        stop.synchronize()
+        if type(start).__module__.startswith("torch"):
+            return float(start.elapsed_time(stop))
+        import cupy
+
+        return float(cupy.cuda.get_elapsed_time(start, stop))
+
+
+class _Tally:
+    __slots__ = ("calls", "timed", "ms")
+
+    def __init__(self) -> None:
+        self.calls, self.timed, self.ms = 0, 0, 0.0
+
+
+class Recorder:
+    """A context manager that records every served call while it is active; see :func:`record`."""
+
+    def __init__(self, path: str | Path | None = None, *, timer: Timer | None = None, device: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.timer: Timer = timer if timer is not None else CudaEventTimer()
+        self.device = device
+        self._tallies: dict[tuple[str, str, str, str], _Tally] = {}  # insertion order: first call first
+        self._pending: list[tuple[_Tally, Any]] = []
+        self._lock = threading.Lock()
+        self.workload: Workload | None = None  # set when the context exits
+
+    def __enter__(self) -> Recorder:
+        _push(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _pop(self)
+        self.workload = self.snapshot()
+        if self.path is not None:  # written even if the body raised: what was recorded is kept
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(self.workload.to_yaml())
+            log.info("recorded %d problems to %s", len(self.workload.problems), self.path)
+
+    def observe(self, kernel: str, problem: Any, run: Callable[[], Any]) -> Any:
+        """Count and time one call of ``problem``: runs ``run()`` and returns its result."""
+        key = (kernel, str(problem.dtype), str(getattr(problem, "layout", "")), str(problem.label))
+        token = self.timer.begin()
+        result = run()
+        pending = self.timer.end(token) if token is not None else None
+        with self._lock:
+            tally = self._tallies.get(key) or self._tallies.setdefault(key, _Tally())
+            tally.calls += 1
+            if pending is not None:
+                self._pending.append((tally, pending))
+            full = len(self._pending) >= RESOLVE_EVERY
+        if full:
+            self._resolve()
+        return result
+
+    def _resolve(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        times = [(tally, self.timer.elapsed_ms(p)) for tally, p in pending]
+        with self._lock:
+            for tally, ms in times:
+                tally.timed += 1
+                tally.ms += ms
+
+    def snapshot(self) -> Workload:
+        """The workload recorded so far (waits for the GPU to finish the timed calls)."""
+        self._resolve()
+        with self._lock:
+            items = [(key, t.calls, t.timed, t.ms) for key, t in self._tallies.items()]
+        # A problem's time: its mean per timed call times all its calls (calls under graph capture are untimed).
+        spent = [ms / timed * calls if timed else 0.0 for _, calls, timed, ms in items]
+        total = sum(spent)
+        problems = []
+        for ((kernel, dtype, layout, shape), calls, timed, ms), est in zip(items, spent, strict=True):
+            gpu_us = round(ms * 1e3 / timed, 4) if timed else None
+            share = round(est / total, 6) if total > 0 else None
+            problems.append(WorkloadProblem(kernel, dtype, layout, shape, calls, gpu_us, share))
+        recorded = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return Workload(tuple(problems), self.device if self.device is not None else _device_name(), recorded)
+
+
+def record(path: str | Path | None = None, *, timer: Timer | None = None, device: str | None = None) -> Recorder:
+    """Record the problems run inside ``with autotune.record("workload.yaml"): ...`` and write them there
+    on exit (``path=None``: only ``recorder.workload``). ``timer`` and ``device`` replace the CUDA-event
+    timer and the GPU's name (tests)."""
+    return Recorder(path, timer=timer, device=device)
+
+
+# --- the active recorders, and the runtime's observer ------------------------------------------------------
+
+_active: list[Recorder] = []
+_active_lock = threading.Lock()
+_warned: list[bool] = []
+
+
+def _dispatch(kernel: str, problem: Any, run: Callable[[], Any]) -> Any:
+    """The call observer: every active recorder counts and times the call, the innermost closest to it."""
+    for rec in reversed(_active):
+        run = functools.partial(rec.observe, kernel, problem, run)
+    return run()
+
+
+def observer() -> Callable[[str, Any, Callable[[], Any]], Any] | None:
+    """The observer to report a call to (``fn(kernel, problem, run)``), or None when nothing records."""
+    return _dispatch if _active else None
+
+
+def _push(rec: Recorder) -> None:
+    with _active_lock:
+        _active.append(rec)
+        if len(_active) == 1:
+            _install(_dispatch)
+
+
+def _pop(rec: Recorder) -> None:
+    with _active_lock:
+        if rec in _active:
+            _active.remove(rec)
+        if not _active:
+            _install(None)
+
+
+def _install(fn: Callable | None) -> None:
+    from . import runtime
+
+    setter = getattr(runtime, "set_call_observer", None)
+    if setter is not None:
+        setter(fn)
+    elif fn is not None and not _warned:
+        _warned.append(True)
+        log.warning("this autotune's runtime reports no calls (no set_call_observer): only the vendor calls "
+                    "of autotune.torch are recorded")  # fmt: skip
+
+
+def _device_name() -> str | None:
+    try:
+        from .device import current_gpu
+
+        return current_gpu().name
+    except Exception:  # noqa: BLE001 - no GPU to name: the workload says null
+        return None
+
+
+# --- reading a workload back ---------------------------------------------------------------------------------
+
+
+def read_workload(path: str | Path) -> Workload:
+    """Read and validate a workload file; a :class:`SpecError` names the file, the entry and what is wrong."""
+    p = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(p, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(p, "", f"cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(p, "", f"is not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(raw, dict) or raw.get("workload") != VERSION:
+        raise SpecError(p, "workload", f"expected a mapping with 'workload: {VERSION}' (a recorded workload)")
+    items = raw.get("problems")
+    if not isinstance(items, list):
+        raise SpecError(p, "problems", "expected a list of problems")
+    problems = tuple(_problem(p, f"problems[{i}]", item) for i, item in enumerate(items))
+    device, recorded = raw.get("device"), raw.get("recorded")
+    return Workload(problems, None if device is None else str(device), None if recorded is None else str(recorded))
+
+
+def _problem(path: str, where: str, item: Any) -> WorkloadProblem:
+    from .kernels import FAMILIES
+
+    if not isinstance(item, dict) or set(item) != set(PROBLEM_KEYS):
+        raise SpecError(path, where, f"expected a mapping with exactly the keys {', '.join(PROBLEM_KEYS)}")
+    kernel = item["kernel"]
+    if kernel not in FAMILIES:
+        raise SpecError(path, f"{where}.kernel", f"unknown kernel family {kernel!r}")
+    try:
+        FAMILIES[kernel].problem(item["shape"], item["dtype"], item["layout"])
+    except (ValueError, TypeError) as exc:
+        raise SpecError(path, where, str(exc)) from None
+    calls, gpu_us, share = item["calls"], item["gpu_us"], item["time_share"]
+    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+        raise SpecError(path, f"{where}.calls", f"expected a positive integer, got {calls!r}")
+    for key, v, high in (("gpu_us", gpu_us, float("inf")), ("time_share", share, 1.0)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= high):
+            raise SpecError(path, f"{where}.{key}", f"expected a number from 0 to {high} or null, got {v!r}")
+    gpu_us = None if gpu_us is None else float(gpu_us)
+    share = None if share is None else float(share)
+    return WorkloadProblem(kernel, str(item["dtype"]), str(item["layout"]), str(item["shape"]), calls, gpu_us, share)
