@@ -16,6 +16,7 @@ Under :func:`autotune.record`, vendor calls are reported to the recorder too. To
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import Counter
@@ -246,6 +247,7 @@ class Router:
         return LayerReport(name, self.kind, dict(self.calls), dict(self.fallbacks), tuple(plans))
 
 
+@functools.cache
 def _torch() -> Any:
     import torch
 
@@ -378,8 +380,7 @@ def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
 def restore(model: Any) -> Any:
     """Undo :func:`optimize`: every module's own ``forward`` again. Returns ``model``."""
     for m in model.modules():
-        if ATTR in m.__dict__:
-            del m.__dict__[ATTR]
+        if m.__dict__.pop(ATTR, None) is not None:
             m.__dict__.pop("forward", None)
     model.__dict__.pop("_autotune_skipped", None)
     return model
@@ -390,8 +391,7 @@ def report(model: Any, *, reset: bool = False) -> Report:
     starts the counts again (the plans stay)."""
     layers = []
     for name, m in model.named_modules():
-        router = m.__dict__.get(ATTR)
-        if router is None:
+        if (router := m.__dict__.get(ATTR)) is None:
             continue
         layers.append(router.layer_report(name or "(model)"))
         if reset:
