@@ -8,19 +8,16 @@ batch 1 and 32 and fp16 channels-last at batch 8; the linear layers of a Llama-3
 (q 4096->4096, k and v 4096->1024, o 4096->4096, gate and up 4096->14336, down 14336->4096; no bias), fp16
 and bf16, at M = 1, 4, 16 (decode) and 512, 2048 (prefill).
 
-For each case, in one process: the first optimized forward (plans, compiles, the runtime's online
-choice); forward time of torch and of the optimized model, eager (back-to-back forwards between CUDA events,
-median of repeats) and captured in a CUDA graph (replays between events, median); both outputs against a
-float64 copy of the model (relative Frobenius error) and, for ResNet, top-1 agreement with it; J per
-forward from NVML's energy counter over graph replays (a batch of >= 1 s, autotune.energy); the drop-in's
-calls per forward by route and its fallbacks; and a per-layer table: every routed layer's input shape,
-route, and torch's time against ours (each distinct layer captured 10 times in a CUDA graph, median of
-replays). Back-to-back forwards are timed as a model runs: no L2 flush. cuDNN's benchmark mode is on (off
-with --no-cudnn-benchmark); TF32 settings are torch's defaults, written in the metadata.
-
-Writes <out>/models_<gpu-key>.json (everything), .csv (one row a case) and models_layers_<gpu-key>.csv, with
-the GPU, versions (torch, torchvision, cuDNN, cupy, autotune's git revision) and date in each; prints a
-table. A case that fails is recorded with its error and the run goes on.
+Per case, in one process: the first optimized forward (plans, compiles, the runtime's online choice); the
+forward time of torch and of the optimized model, eager (back-to-back forwards between CUDA events, no L2
+flush, median of repeats) and as CUDA graph replays; both outputs against a float64 copy of the model
+(relative Frobenius error; ResNet: top-1 agreement); J per forward from NVML's energy counter over graph
+replays (>= 1 s, autotune.energy); the drop-in's calls per forward by route and its fallbacks; and per
+routed layer: its input, route, GPU time of torch's op and ours (10 calls in a CUDA graph, median of
+replays) and host time per eager call of each. cuDNN benchmark mode is on (--no-cudnn-benchmark: off);
+TF32 settings are torch's defaults, written in the metadata. Writes <out>/models_<gpu-key>.json, .csv (a
+row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table. A case
+that fails is recorded with its error; the others still run.
 """
 
 from __future__ import annotations
@@ -159,14 +156,12 @@ def accuracy(torch: Any, out: Any, ref: Any, top1: bool) -> dict[str, float | No
 
 
 def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None, str | None]:
-    from autotune.energy import EnergyMeter, EnergyPlan
+    """J per replay of ``graph`` (one forward), or None and why NVML could not tell."""
+    from autotune.energy import EnergyPlan, default_meter
 
-    meter = _meters.setdefault("m", EnergyMeter(sync=torch.cuda.synchronize))
+    meter = default_meter()  # NVML opened once; it synchronizes the whole device, torch's streams too
     e = meter.measure(graph.replay, ms, EnergyPlan(seconds=1.0, max_seconds=2.0 if quick else 4.0))
     return (e.joules_per_launch, None) if e is not None else (None, meter.reason)
-
-
-_meters: dict[str, Any] = {}
 
 
 def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
@@ -178,8 +173,7 @@ def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: boo
     graph, out = capture(torch, lambda: model(x))
     row[f"{name}_graph_ms"] = time_loop(torch, graph.replay, reps, target)
     graph.replay()
-    graph_acc = accuracy(torch, out, ref, top1)["rel_error"]
-    row[f"{name}_graph_rel_error"] = graph_acc
+    row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
     row[f"{name}_j_per_forward"], why = energy(torch, graph, row[f"{name}_graph_ms"], quick)
     if why:
         row[f"{name}_energy_note"] = why
@@ -203,14 +197,28 @@ def layer_inputs(torch: Any, opt: Any, x: Any) -> list[tuple[str, Any, Any]]:
     return seen
 
 
-def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, float]:
-    """us per call of torch's own forward and of the routed call, each ``calls`` times in a CUDA graph."""
-    us = []
+def host_us(torch: Any, fn: Any, bursts: int, burst: int = 50) -> float:
+    """Host time per call (us): the median over bursts of ``burst`` calls, the GPU drained between bursts."""
+    times = []
+    for _ in range(bursts):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        times.append((time.perf_counter() - t0) / burst * 1e6)
+    return statistics.median(times)
+
+
+def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, ...]:
+    """GPU us per call of torch's own forward and of the routed call (each ``calls`` times in a CUDA graph),
+    then the host us per eager call of each."""
+    gpu, host = [], []
     for fn in (lambda: type(m).forward(m, inp), lambda: m(inp)):
         graph, _ = capture(torch, fn, calls)
-        us.append(time_loop(torch, graph.replay, reps, 0.0) / calls * 1e3)
+        gpu.append(time_loop(torch, graph.replay, reps, 0.0) / calls * 1e3)
         del graph
-    return us[0], us[1]
+        host.append(host_us(torch, fn, reps))
+    return (*gpu, *host)
 
 
 def layer_table(torch: Any, opt: Any, x: Any, quick: bool) -> list[dict[str, Any]]:
@@ -223,10 +231,11 @@ def layer_table(torch: Any, opt: Any, x: Any, quick: bool) -> list[dict[str, Any
                getattr(m, "stride", None), getattr(m, "padding", None), m.bias is None)  # fmt: skip
         if key not in timed:
             timed[key] = time_layer(torch, m, inp, calls, reps)
-        torch_us, ours_us = timed[key]
+        torch_us, ours_us, torch_host, ours_host = timed[key]
         plan = "; ".join(f"{what} {route} ({why})" for what, route, why in plans.get(name, ()))
         rows.append({"layer": name, "kind": type(m).__name__, "input": "x".join(map(str, inp.shape)), "plan": plan,
-                     "torch_us": torch_us, "ours_us": ours_us, "speedup": torch_us / ours_us})  # fmt: skip
+                     "torch_us": torch_us, "ours_us": ours_us, "speedup": torch_us / ours_us,
+                     "torch_host_us": torch_host, "ours_host_us": ours_host})  # fmt: skip
     return rows
 
 
