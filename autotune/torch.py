@@ -234,17 +234,17 @@ class Router:
                 return out.view(*x.shape[:-1], m.out_features)
             return backend.conv2d(x, m.weight, m.bias, m.stride[0], m.padding[0], key[4], self.weight_cache)
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over
+            if backend.capturing():  # the failure broke the capture: torch's op cannot be captured instead
+                raise
             log.warning("autotune.torch: %s %s failed, torch serves it from now on: %s", plan.kernel,
                         plan.problem.label, exc)  # fmt: skip
             self.plans[key] = Plan(Route.TORCH, Fallback.RUNTIME, plan.kernel, plan.problem, str(exc))
             return Fallback.RUNTIME
 
     def layer_report(self, name: str) -> LayerReport:
-        plans = []
-        for key, p in list(self.plans.items()):
-            what = p.problem.label if p.problem is not None else "x".join(map(str, key[0]))
-            plans.append((what, p.route.value, p.detail if p.reason is None else p.reason.value))
-        return LayerReport(name, self.kind, dict(self.calls), dict(self.fallbacks), tuple(plans))
+        plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
+                       str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
+        return LayerReport(name, self.kind, dict(self.calls), dict(self.fallbacks), plans)
 
 
 @functools.cache
