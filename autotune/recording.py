@@ -3,7 +3,7 @@
     with autotune.record("workload.yaml"):
         model(x)
 
-Every call the runtime serves (through its call observer, ``runtime.set_call_observer``) and every call
+Every call the runtime serves (through its call observer, ``set_call_observer``) and every call
 that :mod:`autotune.torch` sends to the vendor is counted per problem and timed on the GPU with CUDA
 events around it (torch's current stream when torch has initialised CUDA, else CuPy's). Calls made while
 a CUDA graph is being captured are counted but not timed. Recorders nest: each sees every call.
@@ -226,11 +226,14 @@ def record(path: str | Path | None = None, *, timer: Timer | None = None, device
 
 _active: list[Recorder] = []
 _active_lock = threading.Lock()
+_previous: list[Callable | None] = [None]  # an observer set before recording began: it still sees every call
 _warned: list[bool] = []
 
 
 def _dispatch(kernel: str, problem: Any, run: Callable[[], Any]) -> Any:
     """The call observer: every active recorder counts and times the call, the innermost closest to it."""
+    if _previous[0] is not None:
+        run = functools.partial(_previous[0], kernel, problem, run)
     for rec in reversed(_active):
         run = functools.partial(rec.observe, kernel, problem, run)
     return run()
@@ -245,7 +248,14 @@ def _push(rec: Recorder) -> None:
     with _active_lock:
         _active.append(rec)
         if len(_active) == 1:
-            _install(_dispatch)
+            setter = _observer_setter()
+            if setter is not None:
+                previous = setter(_dispatch)
+                _previous[0] = previous if previous is not _dispatch else None
+            elif not _warned:
+                _warned.append(True)
+                log.warning("this autotune's runtime reports no calls (no set_call_observer): only the vendor "
+                            "calls of autotune.torch are recorded")  # fmt: skip
 
 
 def _pop(rec: Recorder) -> None:
@@ -253,19 +263,21 @@ def _pop(rec: Recorder) -> None:
         if rec in _active:
             _active.remove(rec)
         if not _active:
-            _install(None)
+            setter = _observer_setter()
+            if setter is not None:
+                setter(_previous[0])
+            _previous[0] = None
 
 
-def _install(fn: Callable | None) -> None:
+def _observer_setter() -> Callable | None:
+    """The runtime's ``set_call_observer(fn | None)`` (in ``autotune.hooks`` or ``autotune.runtime``)."""
     from . import runtime
 
-    setter = getattr(runtime, "set_call_observer", None)
-    if setter is not None:
-        setter(fn)
-    elif fn is not None and not _warned:
-        _warned.append(True)
-        log.warning("this autotune's runtime reports no calls (no set_call_observer): only the vendor calls "
-                    "of autotune.torch are recorded")  # fmt: skip
+    try:
+        from . import hooks  # type: ignore[attr-defined]
+    except ImportError:
+        hooks = None
+    return getattr(hooks, "set_call_observer", None) or getattr(runtime, "set_call_observer", None)
 
 
 def _device_name() -> str | None:

@@ -55,10 +55,11 @@ def hook(monkeypatch):
     slot: dict[str, object] = {"fn": None, "history": []}
 
     def set_call_observer(fn):
-        slot["fn"] = fn
+        previous, slot["fn"] = slot["fn"], fn
         slot["history"].append(fn)
+        return previous
 
-    monkeypatch.setattr(runtime, "set_call_observer", set_call_observer, raising=False)
+    monkeypatch.setattr(recording, "_observer_setter", lambda: set_call_observer)
     return slot
 
 
@@ -188,8 +189,30 @@ def test_random_call_sequences_add_up(hook):
         assert sum(p.time_share for p in got.values()) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_an_observer_set_before_recording_still_sees_every_call_and_is_put_back(hook):
+    seen = []
+
+    def earlier(kernel, problem, run):
+        seen.append(problem.label)
+        return run()
+
+    hook["fn"] = earlier
+    gpu = FakeGPU()
+    with autotune.record(timer=FakeTimer(gpu), device=None) as rec:
+        assert served(hook, "gemm", DECODE, gpu.kernel(0.01, "c")) == "c"
+    assert seen == [DECODE.label] and hook["fn"] is earlier
+    assert [p.calls for p in rec.workload.problems] == [1]
+
+
+def test_the_setter_is_found_in_this_runtime():
+    setter = recording._observer_setter()
+    assert setter is None or callable(setter)
+    if hasattr(runtime, "set_call_observer"):
+        assert setter is not None
+
+
 def test_without_a_runtime_observer_only_reported_calls_are_recorded(monkeypatch, caplog):
-    monkeypatch.delattr(runtime, "set_call_observer", raising=False)
+    monkeypatch.setattr(recording, "_observer_setter", lambda: None)
     monkeypatch.setattr(recording, "_warned", [])
     gpu = FakeGPU()
     with autotune.record(timer=FakeTimer(gpu), device=None) as rec:
