@@ -7,11 +7,10 @@
 
 Inference only. A routed module keeps its class, parameters and ``state_dict``; its instance ``forward``
 decides once per input shape, dtype and memory format: ``nn.Linear`` is the GEMM of layout NT (W read in
-place through ``.t()``, leading dims flattened as a view, bias fused as ``beta = 1`` over an output
-pre-filled with it); ``nn.Conv2d`` is the NCHW or, for channels-last input, the NHWC convolution (bias
-added after). Where the runtime serves the vendor (``load(...).provenance["step"] == "vendor"``), torch's
-own op runs directly. Every other call runs torch's op and is counted under a :class:`Fallback` reason.
-Under :func:`autotune.record`, vendor calls are reported to the recorder too. Torch is imported only here.
+place through ``.t()``, leading dims flattened as a view, bias as ``beta = 1`` over an output pre-filled
+with it); ``nn.Conv2d`` the NCHW or, for channels-last input, NHWC convolution (bias added after). Where
+the runtime serves the vendor, torch's own op runs directly (also reported to :func:`autotune.record`).
+Every other call runs torch's op, counted under a :class:`Fallback` reason. Torch is imported only here.
 """
 
 from __future__ import annotations
@@ -64,14 +63,10 @@ def structural_reason(kind: str, module: Any) -> Fallback | None:
     """Why ``module`` (of ``kind`` "linear" or "conv2d") can never be routed, from its attributes alone."""
     if kind != "conv2d":
         return None
-    padding = module.padding
-    checks = (
-        (module.groups != 1, Fallback.GROUPS),
-        (isinstance(padding, str), Fallback.PADDING_STRING),
-        (module.padding_mode != "zeros", Fallback.PADDING_MODE),
-        (tuple(module.dilation) != (1, 1), Fallback.DILATION),
-        (len(set(module.stride)) != 1 or len(set(padding)) != 1, Fallback.ASYMMETRIC),
-    )
+    padding, fb = module.padding, Fallback
+    checks = ((module.groups != 1, fb.GROUPS), (isinstance(padding, str), fb.PADDING_STRING),
+              (module.padding_mode != "zeros", fb.PADDING_MODE), (tuple(module.dilation) != (1, 1), fb.DILATION),
+              (len(set(module.stride)) != 1 or len(set(padding)) != 1, fb.ASYMMETRIC))  # fmt: skip
     return next((reason for failed, reason in checks if failed), None)
 
 
@@ -126,7 +121,7 @@ def _ask(backend: Any, kernel: str, shape: Any, sizes: dict[str, int], dtype: st
     except Exception as exc:  # noqa: BLE001 - the model must still run: torch serves it, the reason is counted
         log.warning("autotune.torch: %s %s %s/%s goes to torch: %s", kernel, shape, dtype, layout, exc)
         return Plan(Route.TORCH, Fallback.RUNTIME, kernel, None, f"{type(exc).__name__}: {exc}")
-    route = Route.VENDOR if step == Route.VENDOR else Route.AUTOTUNE
+    route = Route.VENDOR if step.startswith(Route.VENDOR) else Route.AUTOTUNE
     log.debug("autotune.torch: %s %s served by %s (%s)", kernel, problem.label, route.value, step)
     return Plan(route, None, kernel, problem, step)
 
@@ -247,6 +242,13 @@ class Router:
         return LayerReport(name, self.kind, dict(self.calls), dict(self.fallbacks), plans)
 
 
+def step_of(launcher: Any) -> str:
+    """A launcher's lookup step; it starts with "vendor" when the vendor library serves (a vendor launcher
+    picked by another step, e.g. the online choice, reads "vendor (online)")."""
+    step = str(launcher.provenance.get("step", ""))
+    return f"vendor ({step})" if getattr(launcher, "vendor", False) is True and step != Route.VENDOR else step
+
+
 @functools.cache
 def _torch() -> Any:
     import torch
@@ -260,12 +262,11 @@ class AutotuneBackend:
 
     @staticmethod
     def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:
-        """The runtime's lookup step for ``problem`` ("vendor" when it serves the vendor library)."""
+        """The runtime's lookup step for ``problem`` (see :func:`step_of`)."""
         import cupy
 
         with cupy.cuda.Device(device.index):
-            launcher = runtime.load(kernel, dtype=problem.dtype, layout=problem.layout, **sizes)
-        return str(launcher.provenance.get("step", ""))
+            return step_of(runtime.load(kernel, dtype=problem.dtype, layout=problem.layout, **sizes))
 
     @staticmethod
     def grad_enabled() -> bool:
@@ -356,9 +357,7 @@ class AutotuneBackend:
 def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
     """Route ``model``'s ``nn.Linear`` and ``nn.Conv2d`` modules through autotune for inference; returns
     ``model``, changed in place (:func:`restore` undoes it; calling again re-routes and counts afresh)."""
-    import torch
-
-    nn = torch.nn
+    nn = _torch().nn
     backend = backend if backend is not None else AutotuneBackend()
     skipped: dict[str, str] = {}
     for name, m in model.named_modules():

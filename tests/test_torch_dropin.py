@@ -11,7 +11,7 @@ import pytest
 
 from autotune import recording
 from autotune.errors import AutotuneError
-from autotune.torch import AutotuneBackend, Fallback, Report, Router, structural_reason
+from autotune.torch import AutotuneBackend, Fallback, Report, Router, step_of, structural_reason
 
 F16, F32, BF16, F64 = "torch.float16", "torch.float32", "torch.bfloat16", "torch.float64"
 
@@ -418,3 +418,21 @@ def test_import_autotune_does_not_import_torch():
     code = "import sys, autotune; autotune.record; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+class FakeLauncher:
+    def __init__(self, step, vendor):
+        self.provenance, self.vendor = {"step": step, "why": "measured"}, vendor
+
+
+@pytest.mark.parametrize(
+    "step, vendor, want",
+    [("exact", False, "exact"), ("online", False, "online"), ("vendor", True, "vendor"),
+     ("online", True, "vendor (online)"), ("default", False, "default")],
+)  # fmt: skip
+def test_a_vendor_launcher_is_vendor_whatever_step_chose_it(step, vendor, want):
+    assert step_of(FakeLauncher(step, vendor)) == want
+    backend = FakeBackend(steps={"4x32x64": want})
+    r = routed(FakeLinear(), backend)
+    r(FakeTensor((4, 64)))
+    assert dict(r.calls) == ({"vendor": 1} if vendor else {"autotune": 1})
