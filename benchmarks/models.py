@@ -368,6 +368,7 @@ def main() -> int:
         print("benchmarks/models.py needs a CUDA GPU that torch can use; torch sees none")
         return 2
     torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
+    meta = metadata(torch, args)  # first: a case that breaks the CUDA context cannot take it with it
     chosen = [c for c in cases() if not args.case or any(s in c.name for s in args.case)]
     if not chosen:
         print(f"no case matches {args.case}; cases: {', '.join(c.name for c in cases())}")
@@ -382,12 +383,16 @@ def main() -> int:
         row["wall_s"] = time.perf_counter() - t0
         print(f"{case.name}: {row.get('error') or 'done'} in {row['wall_s']:.1f} s", flush=True)
         rows.append(row)
-        torch.cuda.empty_cache()
+        if not args.record:
+            write(args.out, meta, rows)  # after every case: a run stopped midway keeps what it measured
+        try:
+            torch.cuda.empty_cache()
+        except RuntimeError:  # a broken CUDA context: the next cases record their own errors
+            pass
     if args.record:
         for r in rows:
             print(f"{r['case']:<26} {r.get('error') or r['workload']}")
         return 0 if all("error" not in r for r in rows) else 1
-    meta = metadata(torch, args)
     path = write(args.out, meta, rows)
     print_table(meta, rows)
     print(f"\nwrote {path} and its CSVs")
