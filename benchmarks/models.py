@@ -23,6 +23,7 @@ that fails is recorded with its error; the others still run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import datetime as dt
@@ -33,6 +34,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -299,12 +301,9 @@ def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     from autotune.device import current_gpu
 
-    try:
-        import torchvision
-
-        tv = torchvision.__version__
-    except ImportError:
-        tv = None
+    tv = None
+    with contextlib.suppress(PackageNotFoundError):
+        tv = version("torchvision")
     gpu = current_gpu()
     versions = {"torch": torch.__version__, "torchvision": tv, "cudnn": torch.backends.cudnn.version(),
                 "cupy": cupy.__version__, "autotune": autotune.__version__, "autotune_rev": git_rev()}  # fmt: skip
@@ -385,10 +384,8 @@ def main() -> int:
         rows.append(row)
         if not args.record:
             write(args.out, meta, rows)  # after every case: a run stopped midway keeps what it measured
-        try:
+        with contextlib.suppress(RuntimeError):  # a broken CUDA context: the next cases record their own errors
             torch.cuda.empty_cache()
-        except RuntimeError:  # a broken CUDA context: the next cases record their own errors
-            pass
     if args.record:
         for r in rows:
             print(f"{r['case']:<26} {r.get('error') or r['workload']}")
