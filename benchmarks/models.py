@@ -2,6 +2,7 @@
 
     python3 benchmarks/models.py [--quick] [--out DIR] [--case SUBSTRING ...]
     python3 benchmarks/models.py --record DIR [--case ...]     # only write each case's workload YAML
+    (autotune's git revision goes into the results; without a checkout, from $AUTOTUNE_GIT_REV)
 
 Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
 batch 1 and 32 and fp16 channels-last at batch 8; the linear layers of a Llama-3-8B-sized decoder layer
@@ -28,6 +29,7 @@ import copy
 import csv
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -158,7 +160,6 @@ def accuracy(torch: Any, out: Any, ref: Any, top1: bool) -> dict[str, float | No
 
 
 def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None, str | None]:
-    """J per replay of ``graph`` (one forward), or None and why NVML could not tell."""
     from autotune.energy import EnergyPlan, default_meter
 
     meter = default_meter()  # NVML opened once; it synchronizes the whole device, torch's streams too
@@ -179,7 +180,6 @@ def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: boo
     row[f"{name}_j_per_forward"], why = energy(torch, graph, row[f"{name}_graph_ms"], quick)
     if why:
         row[f"{name}_energy_note"] = why
-    del graph
     return row
 
 
@@ -293,7 +293,7 @@ def git_rev() -> str:
                                timeout=10).stdout.strip()  # fmt: skip
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown (no git checkout)"
+        return os.environ.get("AUTOTUNE_GIT_REV", "unknown (no git checkout; set AUTOTUNE_GIT_REV)")
 
 
 def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
