@@ -436,3 +436,27 @@ def test_a_vendor_launcher_is_vendor_whatever_step_chose_it(step, vendor, want):
     r = routed(FakeLinear(), backend)
     r(FakeTensor((4, 64)))
     assert dict(r.calls) == ({"vendor": 1} if vendor else {"autotune": 1})
+
+
+def test_a_filter_in_the_other_memory_format_is_converted_once_per_version(torch):
+    w = torch.randn(8, 4, 3, 3).to(memory_format=torch.channels_last)
+    cache: dict = {}
+    first = AutotuneBackend.weight_as(w, "NCHW", cache)
+    assert first.is_contiguous() and torch.equal(first, w)
+    assert AutotuneBackend.weight_as(w, "NCHW", cache) is first  # no conversion per call
+    nhwc = AutotuneBackend.weight_as(w, "NHWC", cache)
+    assert nhwc.is_contiguous() and nhwc.data_ptr() == w.data_ptr()  # already NHWC: a view, nothing cached
+    with torch.no_grad():
+        w.mul_(2)  # changed in place: its version moves, the copy is made again
+    again = AutotuneBackend.weight_as(w, "NCHW", cache)
+    assert again is not first and torch.equal(again, w) and len(cache) == 1
+
+
+def test_layout_of_real_tensors(torch):
+    x = torch.randn(2, 3, 5, 5)
+    assert AutotuneBackend.layout_of(x) == "NCHW"
+    assert AutotuneBackend.layout_of(x.to(memory_format=torch.channels_last)) == "NHWC"
+    assert AutotuneBackend.layout_of(x[:, :, ::2]) is None  # dense in neither format
+    assert AutotuneBackend.layout_of(x[0]) is None  # unbatched
+    assert AutotuneBackend.rows(torch.randn(2, 3, 8), 8).shape == (6, 8)
+    assert AutotuneBackend.rows(torch.randn(8, 6).t(), 8) is None
