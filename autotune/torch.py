@@ -59,6 +59,9 @@ class Route(StrEnum):
     TORCH = "torch"  # a fallback: torch's op, counted with its reason
 
 
+_AUTOTUNE, _VENDOR, _TORCH = Route.AUTOTUNE, Route.VENDOR, Route.TORCH  # module globals: read on every call
+
+
 def structural_reason(kind: str, module: Any) -> Fallback | None:
     """Why ``module`` (of ``kind`` "linear" or "conv2d") can never be routed, from its attributes alone."""
     if kind != "conv2d":
@@ -68,11 +71,6 @@ def structural_reason(kind: str, module: Any) -> Fallback | None:
               (module.padding_mode != "zeros", fb.PADDING_MODE), (tuple(module.dilation) != (1, 1), fb.DILATION),
               (len(set(module.stride)) != 1 or len(set(padding)) != 1, fb.ASYMMETRIC))  # fmt: skip
     return next((reason for failed, reason in checks if failed), None)
-
-
-def dtype_name(dtype: Any) -> str:
-    """The dtype's name without ``torch.``: "float16" for ``torch.float16``."""
-    return str(dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -148,12 +146,11 @@ class Report:
         return sum(layer.calls.get(route, 0) for layer in self.layers)
 
     @property
-    def fallbacks(self) -> dict[str, int]:
-        """Fallback reason -> calls, over all layers."""
+    def fallbacks(self) -> dict[str, int]:  # reason -> calls, over all layers
         return dict(sorted(sum((Counter(layer.fallbacks) for layer in self.layers), Counter()).items()))
 
     def __str__(self) -> str:
-        ours, vendor, torch = (self.count(r.value) for r in (Route.AUTOTUNE, Route.VENDOR, Route.TORCH))
+        ours, vendor, torch = (self.count(r) for r in Route)
         head = f"{len(self.layers)} routed modules: {ours} calls by autotune, {vendor} by the vendor, {torch} fallbacks"
         lines = [head] + [f"  fallback: {n} x {reason}" for reason, n in self.fallbacks.items()]
         lines += [f"  not routed: {name} ({why})" for name, why in self.skipped.items()]
@@ -168,12 +165,16 @@ class Router:
         self.torch_forward: Callable[[Any], Any] = type(module).forward.__get__(module)
         self.static = structural_reason(kind, module)
         self.plans: dict[tuple, Plan] = {}
-        self.calls: Counter[str] = Counter()
-        self.fallbacks: Counter[str] = Counter()
+        self.calls, self.fallbacks = Counter[str](), Counter[str]()
         self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
+        self.params: dict[str, Any] = getattr(module, "_parameters", {})  # read directly: Module.__getattr__ is slow
+
+    def param(self, name: str) -> Any:
+        params = self.params
+        return params[name] if name in params else getattr(self.module, name)  # e.g. a parametrized weight
 
     def __call__(self, x: Any) -> Any:
-        m, backend, w = self.module, self.backend, self.module.weight
+        m, backend, w = self.module, self.backend, self.param("weight")
         reason = self.static or (Fallback.TRAINING if m.training else None)
         if reason is None and backend.grad_enabled() and (x.requires_grad or w.requires_grad):
             reason = Fallback.AUTOGRAD
@@ -186,14 +187,14 @@ class Router:
             plan = self._decide(key, x, layout)
             if plan is None:
                 return self._fallback(Fallback.CAPTURE, x)
-        if plan.route is Route.AUTOTUNE:
+        if plan.route is _AUTOTUNE:
             out = self._serve(plan, key, x)
             if isinstance(out, Fallback):
                 return self._fallback(out, x)
-            self.calls[Route.AUTOTUNE.value] += 1
+            self.calls[_AUTOTUNE] += 1
             return out
-        if plan.route is Route.VENDOR:
-            self.calls[Route.VENDOR.value] += 1
+        if plan.route is _VENDOR:
+            self.calls[_VENDOR] += 1
             observe = recording.observer()
             if observe is not None:
                 return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x))
@@ -201,8 +202,8 @@ class Router:
         return self._fallback(plan.reason, x)  # type: ignore[arg-type]
 
     def _fallback(self, reason: Fallback, x: Any) -> Any:
-        self.calls[Route.TORCH.value] += 1
-        self.fallbacks[reason.value] += 1
+        self.calls[_TORCH] += 1
+        self.fallbacks[reason] += 1
         return self.torch_forward(x)
 
     def _decide(self, key: tuple, x: Any, layout: str | None) -> Plan | None:
@@ -212,7 +213,7 @@ class Router:
         if not self.backend.on_current_device(x):
             plan = Plan(Route.TORCH, Fallback.DEVICE)
         else:
-            dtypes = (dtype_name(key[1]), dtype_name(key[2]))
+            dtypes = (str(key[1]).removeprefix("torch."), str(key[2]).removeprefix("torch."))  # "float16"
             plan = plan_call(self.kind, self.module, tuple(key[0]), dtypes, layout, self.backend, x.device)
         self.plans[key] = plan
         return plan
@@ -225,9 +226,10 @@ class Router:
                 rows = backend.rows(x, m.in_features)
                 if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
                     return Fallback.INPUT
-                out = backend.linear(rows, m.weight, m.bias, self.fuse_bias)
+                out = backend.linear(rows, self.param("weight"), self.param("bias"), self.fuse_bias)
                 return out.view(*x.shape[:-1], m.out_features)
-            return backend.conv2d(x, m.weight, m.bias, m.stride[0], m.padding[0], key[4], self.weight_cache)
+            w, b = self.param("weight"), self.param("bias")
+            return backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over
             if backend.capturing():  # the failure broke the capture: torch's op cannot be captured instead
                 raise
@@ -239,7 +241,8 @@ class Router:
     def layer_report(self, name: str) -> LayerReport:
         plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
                        str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
-        return LayerReport(name, self.kind, dict(self.calls), dict(self.fallbacks), plans)
+        calls, fallbacks = ({str(k): n for k, n in c.items()} for c in (self.calls, self.fallbacks))
+        return LayerReport(name, self.kind, calls, fallbacks, plans)
 
 
 def step_of(launcher: Any) -> str:
@@ -259,6 +262,9 @@ def _torch() -> Any:
 class AutotuneBackend:
     """Serves routed calls with autotune's runtime on torch tensors; tests substitute one with the same
     methods to exercise the routing without a GPU."""
+
+    def __init__(self) -> None:
+        self.grad_enabled = _torch().is_grad_enabled  # bound once: called on every routed call
 
     @staticmethod
     def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:
@@ -332,15 +338,13 @@ class AutotuneBackend:
 
     @staticmethod
     def weight_as(weight: Any, layout: str, cache: dict) -> Any:
-        """The filter dense in ``layout`` (K,C,R,S or K,R,S,C): a view when it already is, else a copy made
-        once per weight storage and version (the conversion is never repeated per call)."""
+        """The filter dense in ``layout``: a view when it is, else a copy made once per storage and version."""
         if layout == "NCHW" and weight.is_contiguous():
             return weight
         if layout == "NHWC" and weight.is_contiguous(memory_format=_torch().channels_last):
             return weight.permute(0, 2, 3, 1)
         key = (layout, weight.data_ptr(), weight._version)
-        got = cache.get(key)
-        if got is None:
+        if (got := cache.get(key)) is None:
             cache.clear()
             got = cache[key] = weight.contiguous() if layout == "NCHW" else weight.permute(0, 2, 3, 1).contiguous()
         return got
@@ -364,14 +368,11 @@ def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
         kind, base = ("linear", nn.Linear) if isinstance(m, nn.Linear) else ("conv2d", nn.Conv2d)
         if not isinstance(m, base):
             continue
-        if isinstance(m, nn.modules.lazy.LazyModuleMixin):
-            skipped[name or "(model)"] = "a lazy module whose parameters are not made yet"
-        elif type(m).forward is not base.forward:
-            skipped[name or "(model)"] = f"{type(m).__name__} overrides forward"
+        lazy = isinstance(m, nn.modules.lazy.LazyModuleMixin)
+        if lazy or type(m).forward is not base.forward:
+            skipped[name or "(model)"] = "lazy, not made yet" if lazy else f"{type(m).__name__} overrides forward"
         else:
-            router = Router(m, kind, backend, fuse_bias)
-            m.__dict__[ATTR] = router
-            m.__dict__["forward"] = router
+            m.__dict__[ATTR] = m.__dict__["forward"] = Router(m, kind, backend, fuse_bias)
     model.__dict__["_autotune_skipped"] = skipped
     return model
 
