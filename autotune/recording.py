@@ -1,29 +1,29 @@
-"""Record the GEMM and convolution problems a model runs, as a workload file that ``autotune run`` can tune.
+"""Record the GEMM and convolution problems a model runs, as a workload file that ``autotune run`` tunes.
 
     with autotune.record("workload.yaml"):
         model(x)
 
-Every call the runtime serves (through its call observer, ``set_call_observer``) and every call
-that :mod:`autotune.torch` sends to the vendor is counted per problem and timed on the GPU with CUDA
-events around it (torch's current stream when torch has initialised CUDA, else CuPy's). Calls made while
-a CUDA graph is being captured are counted but not timed. Recorders nest: each sees every call.
+Every call the runtime serves (through its call observer, ``set_call_observer``) and every call that
+:mod:`autotune.torch` sends to the vendor is counted per problem and timed on the GPU with CUDA events around
+it (torch's current stream once torch has initialised CUDA, else CuPy's). Calls made while a CUDA graph is
+being captured are counted, not timed. Recorders nest: each sees every call.
 
-The workload format (version 1), YAML::
+The file (read by :func:`autotune.workload.load_workload`)::
 
-    workload: 1                      # format version
-    device: NVIDIA H200              # the GPU it was recorded on (null if unknown)
+    workload: resnet50-b1                 # a name: record(name=...), else the file's stem
+    gpu: NVIDIA H200                      # the GPU it was recorded on (null if unknown)
     recorded: '2026-12-01T21:30:00Z'
-    total_gpu_ms: 12.5               # GPU time of all calls: each problem's gpu_us x calls, summed
-    problems:                        # in the order each problem was first called
-      - kernel: gemm                 # the keys and shape syntax of a tuning spec (configs/*.yaml)
+    versions: {autotune: 0.1.0}
+    problems:                             # in the order each problem was first called
+      - kernel: gemm                      # the keys and shape syntax of a tuning spec (configs/*.yaml)
         dtype: float16
         layout: NT
-        shape: 1x14336x4096          # the family's label: MxNxK, or n1c64h56w56k64r3s3u1p1 for conv2d
+        shape: 1x14336x4096               # the family's label: MxNxK, or n1c64h56w56k64r3s3u1p1 for conv2d
         calls: 2
-        gpu_us: 31.2                 # mean GPU time per timed call (null if none was timed)
-        time_share: 0.41             # gpu_us x calls over total_gpu_ms (null if nothing was timed)
+        ms_per_call: 0.0312               # mean GPU time of a timed call (null if none was timed)
+        time_share: 0.41                  # ms_per_call x calls over the sum of that over all problems
 
-:func:`read_workload` reads it back and validates every entry with the family's own problem parser.
+Shares extrapolate each problem's mean to all its calls (calls under capture included); nothing timed, 0.
 """
 
 from __future__ import annotations
@@ -40,52 +40,48 @@ from typing import Any, Protocol
 
 import yaml
 
-from .errors import SpecError
-
 log = logging.getLogger(__name__)
 
-__all__ = ["Recorder", "Workload", "WorkloadProblem", "observer", "read_workload", "record"]
+__all__ = ["RecordedProblem", "RecordedWorkload", "Recorder", "observer", "record"]
 
-VERSION = 1
-PROBLEM_KEYS = ("kernel", "dtype", "layout", "shape", "calls", "gpu_us", "time_share")
 RESOLVE_EVERY = 1024  # pending timings resolved (one synchronize) once this many have piled up
 
 
 @dataclass(frozen=True)
-class WorkloadProblem:
-    """One problem of a workload: what it is, how often it ran and how much of the GPU time it took."""
+class RecordedProblem:
+    """One problem a model ran: what it is, how often it ran, and how much of the GPU time it took."""
 
     kernel: str
     dtype: str
     layout: str
     shape: str  # the family's label, e.g. "1x14336x4096" or "n1c64h56w56k64r3s3u1p1"
     calls: int
-    gpu_us: float | None  # mean GPU time per timed call
-    time_share: float | None
+    ms_per_call: float | None  # mean GPU time per timed call
+    time_share: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in PROBLEM_KEYS}
+        keys = ("kernel", "dtype", "layout", "shape", "calls", "ms_per_call", "time_share")
+        return {k: getattr(self, k) for k in keys}
 
 
 @dataclass(frozen=True)
-class Workload:
-    problems: tuple[WorkloadProblem, ...]
-    device: str | None = None
+class RecordedWorkload:
+    name: str
+    problems: tuple[RecordedProblem, ...]
+    gpu: str | None = None
     recorded: str | None = None  # UTC, ISO 8601
 
-    @property
-    def total_gpu_ms(self) -> float:
-        return sum((p.gpu_us or 0.0) * p.calls for p in self.problems) / 1e3
-
     def to_yaml(self) -> str:
+        from . import __version__
+
         doc = {
-            "workload": VERSION,
-            "device": self.device,
+            "workload": self.name,
+            "gpu": self.gpu,
             "recorded": self.recorded,
-            "total_gpu_ms": round(self.total_gpu_ms, 6),
+            "versions": {"autotune": __version__},
             "problems": [p.as_dict() for p in self.problems],
         }
-        head = "# autotune workload, recorded by autotune.record(); see autotune/recording.py for the format\n"
+        head = "# recorded by autotune.record(); tune it with: autotune run <this file> --minutes 20\n"
         return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
@@ -152,14 +148,16 @@ class _Tally:
 class Recorder:
     """A context manager that records every served call while it is active; see :func:`record`."""
 
-    def __init__(self, path: str | Path | None = None, *, timer: Timer | None = None, device: str | None = None):
+    def __init__(self, path: str | Path | None = None, *, name: str | None = None, timer: Timer | None = None,
+                 gpu: str | None = None) -> None:  # fmt: skip
         self.path = Path(path) if path is not None else None
+        self.name = name or (self.path.stem if self.path is not None else "recorded")
         self.timer: Timer = timer if timer is not None else CudaEventTimer()
-        self.device = device
+        self.gpu = gpu
         self._tallies: dict[tuple[str, str, str, str], _Tally] = {}  # insertion order: first call first
         self._pending: list[tuple[_Tally, Any]] = []
         self._lock = threading.Lock()
-        self.workload: Workload | None = None  # set when the context exits
+        self.workload: RecordedWorkload | None = None  # set when the context exits
 
     def __enter__(self) -> Recorder:
         _push(self)
@@ -172,6 +170,8 @@ class Recorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(self.workload.to_yaml())
             log.info("recorded %d problems to %s", len(self.workload.problems), self.path)
+            if not self.workload.problems:
+                log.warning("autotune.record(): no call was served while recording; %s lists no problem", self.path)
 
     def observe(self, kernel: str, problem: Any, run: Callable[[], Any]) -> Any:
         """Count and time one call of ``problem``: runs ``run()`` and returns its result."""
@@ -198,7 +198,7 @@ class Recorder:
                 tally.timed += 1
                 tally.ms += ms
 
-    def snapshot(self) -> Workload:
+    def snapshot(self) -> RecordedWorkload:
         """The workload recorded so far (waits for the GPU to finish the timed calls)."""
         self._resolve()
         with self._lock:
@@ -208,18 +208,20 @@ class Recorder:
         total = sum(spent)
         problems = []
         for ((kernel, dtype, layout, shape), calls, timed, ms), est in zip(items, spent, strict=True):
-            gpu_us = round(ms * 1e3 / timed, 4) if timed else None
-            share = round(est / total, 6) if total > 0 else None
-            problems.append(WorkloadProblem(kernel, dtype, layout, shape, calls, gpu_us, share))
+            ms_per_call = round(ms / timed, 7) if timed else None
+            share = round(est / total, 6) if total > 0 else 0.0
+            problems.append(RecordedProblem(kernel, dtype, layout, shape, calls, ms_per_call, share))
         recorded = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return Workload(tuple(problems), self.device if self.device is not None else _device_name(), recorded)
+        gpu = self.gpu if self.gpu is not None else _gpu_name()
+        return RecordedWorkload(self.name, tuple(problems), gpu, recorded)
 
 
-def record(path: str | Path | None = None, *, timer: Timer | None = None, device: str | None = None) -> Recorder:
+def record(path: str | Path | None = None, *, name: str | None = None, timer: Timer | None = None,
+           gpu: str | None = None) -> Recorder:  # fmt: skip
     """Record the problems run inside ``with autotune.record("workload.yaml"): ...`` and write them there
-    on exit (``path=None``: only ``recorder.workload``). ``timer`` and ``device`` replace the CUDA-event
-    timer and the GPU's name (tests)."""
-    return Recorder(path, timer=timer, device=device)
+    on exit (``path=None``: only ``recorder.workload``). ``name`` names the workload (default: the file's
+    stem); ``timer`` and ``gpu`` replace the CUDA-event timer and the GPU's name (tests)."""
+    return Recorder(path, name=name, timer=timer, gpu=gpu)
 
 
 # --- the active recorders, and the runtime's observer ------------------------------------------------------
@@ -280,57 +282,10 @@ def _observer_setter() -> Callable | None:
     return getattr(hooks, "set_call_observer", None) or getattr(runtime, "set_call_observer", None)
 
 
-def _device_name() -> str | None:
+def _gpu_name() -> str | None:
     try:
         from .device import current_gpu
 
         return current_gpu().name
     except Exception:  # noqa: BLE001 - no GPU to name: the workload says null
         return None
-
-
-# --- reading a workload back ---------------------------------------------------------------------------------
-
-
-def read_workload(path: str | Path) -> Workload:
-    """Read and validate a workload file; a :class:`SpecError` names the file, the entry and what is wrong."""
-    p = str(path)
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(p, "", "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(p, "", f"cannot be read ({exc})") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(p, "", f"is not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(raw, dict) or raw.get("workload") != VERSION:
-        raise SpecError(p, "workload", f"expected a mapping with 'workload: {VERSION}' (a recorded workload)")
-    items = raw.get("problems")
-    if not isinstance(items, list):
-        raise SpecError(p, "problems", "expected a list of problems")
-    problems = tuple(_problem(p, f"problems[{i}]", item) for i, item in enumerate(items))
-    device, recorded = raw.get("device"), raw.get("recorded")
-    return Workload(problems, None if device is None else str(device), None if recorded is None else str(recorded))
-
-
-def _problem(path: str, where: str, item: Any) -> WorkloadProblem:
-    from .kernels import FAMILIES
-
-    if not isinstance(item, dict) or set(item) != set(PROBLEM_KEYS):
-        raise SpecError(path, where, f"expected a mapping with exactly the keys {', '.join(PROBLEM_KEYS)}")
-    kernel = item["kernel"]
-    if kernel not in FAMILIES:
-        raise SpecError(path, f"{where}.kernel", f"unknown kernel family {kernel!r}")
-    try:
-        FAMILIES[kernel].problem(item["shape"], item["dtype"], item["layout"])
-    except (ValueError, TypeError) as exc:
-        raise SpecError(path, where, str(exc)) from None
-    calls, gpu_us, share = item["calls"], item["gpu_us"], item["time_share"]
-    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
-        raise SpecError(path, f"{where}.calls", f"expected a positive integer, got {calls!r}")
-    for key, v, high in (("gpu_us", gpu_us, float("inf")), ("time_share", share, 1.0)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= high):
-            raise SpecError(path, f"{where}.{key}", f"expected a number from 0 to {high} or null, got {v!r}")
-    gpu_us = None if gpu_us is None else float(gpu_us)
-    share = None if share is None else float(share)
-    return WorkloadProblem(kernel, str(item["dtype"]), str(item["layout"]), str(item["shape"]), calls, gpu_us, share)

@@ -143,7 +143,7 @@ def test_vendor_calls_are_reported_to_an_active_recorder(monkeypatch):
             return 0.5
 
     r = routed(FakeLinear(), FakeBackend(steps={"3x32x64": "vendor"}))
-    with recording.record(timer=Timer(), device=None) as rec:
+    with recording.record(timer=Timer(), gpu=None) as rec:
         seen.append(r(FakeTensor((3, 64))))
     assert seen == [("torch", (3, 64))]
     (p,) = rec.workload.problems
