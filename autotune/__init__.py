@@ -12,6 +12,19 @@ from .spec import Spec, load_spec, parse_spec
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used
+    if name == "record":
+        from .recording import record
+
+        return record
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+
+
 __all__ = [
     "AutotuneError",
     "Candidate",
@@ -33,18 +46,6 @@ __all__ = [
     "gemm",
     "load",
     "load_spec",
-    "parse_spec",
     "record",
+    "parse_spec",
 ]
-
-
-def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used
-    if name == "record":
-        from .recording import record
-
-        return record
-    if name == "torch":
-        import importlib
-
-        return importlib.import_module(".torch", __name__)
-    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
