@@ -265,6 +265,7 @@ class AutotuneBackend:
 
     def __init__(self) -> None:
         self.grad_enabled = _torch().is_grad_enabled  # bound once: called on every routed call
+        self._gemm, self._conv = runtime.gemm, runtime.conv2d  # resolved once (autotune.calls, where it exists)
 
     @staticmethod
     def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:
@@ -349,13 +350,11 @@ class AutotuneBackend:
             got = cache[key] = weight.contiguous() if layout == "NCHW" else weight.permute(0, 2, 3, 1).contiguous()
         return got
 
-    @staticmethod
-    def gemm(a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
-        runtime.gemm(a, b, out, alpha, beta)
+    def gemm(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
+        self._gemm(a, b, out, alpha, beta)
 
-    @staticmethod
-    def conv(x: Any, w: Any, stride: int, pad: int, layout: str, out: Any) -> None:
-        runtime.conv2d(x, w, stride, pad, layout, out)
+    def conv(self, x: Any, w: Any, stride: int, pad: int, layout: str, out: Any) -> None:
+        self._conv(x, w, stride, pad, layout, out)
 
 
 def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:

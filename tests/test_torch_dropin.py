@@ -460,3 +460,21 @@ def test_layout_of_real_tensors(torch):
     assert AutotuneBackend.layout_of(x[0]) is None  # unbatched
     assert AutotuneBackend.rows(torch.randn(2, 3, 8), 8).shape == (6, 8)
     assert AutotuneBackend.rows(torch.randn(8, 6).t(), 8) is None
+
+
+def test_the_default_backend_hands_torch_tensors_to_the_runtime(torch, monkeypatch):
+    from autotune import runtime
+
+    calls = []
+
+    def fake_gemm(a, b, out, alpha, beta):
+        calls.append((b.data_ptr(), b.stride(), alpha, beta))
+        out.copy_(alpha * (a @ b) + beta * out)
+
+    monkeypatch.setattr(runtime, "gemm", fake_gemm, raising=False)
+    backend = AutotuneBackend()
+    assert backend.grad_enabled is torch.is_grad_enabled
+    rows, w, bias = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+    out = backend.linear(rows, w, bias, fuse_bias=True)
+    torch.testing.assert_close(out, torch.nn.functional.linear(rows, w, bias), rtol=1e-5, atol=1e-5)
+    assert calls == [(w.data_ptr(), (1, 8), 1.0, 1.0)]  # W in place through .t(); the bias in the epilogue
