@@ -16,6 +16,19 @@ from .vendor import VendorLauncher
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used
+    if name == "record":
+        from .recording import record
+
+        return record
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+
+
 __all__ = [
     "AutotuneError",
     "Candidate",
@@ -38,6 +51,7 @@ __all__ = [
     "gemm",
     "load",
     "load_spec",
+    "record",
     "parse_spec",
     "set_call_observer",
     "set_online",

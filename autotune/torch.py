@@ -1,0 +1,399 @@
+"""The PyTorch drop-in: serve a model's ``nn.Linear`` and ``nn.Conv2d`` calls with autotune's kernels.
+
+    model = autotune.torch.optimize(model.eval())   # the same model, its Linear and Conv2d forwards routed
+    with torch.inference_mode():
+        y = model(x)
+    print(autotune.torch.report(model))             # calls by autotune, by the vendor, fallbacks and why
+
+Inference only. A routed module keeps its class, parameters and ``state_dict``; its instance ``forward``
+decides once per input shape, dtype and memory format: ``nn.Linear`` is the GEMM of layout NT (W read in
+place through ``.t()``, leading dims flattened as a view, bias as ``beta = 1`` over an output pre-filled
+with it); ``nn.Conv2d`` the NCHW or, for channels-last input, NHWC convolution (bias added after). Where
+the runtime serves the vendor, torch's own op runs directly (also reported to :func:`autotune.record`).
+Every other call runs torch's op, counted under a :class:`Fallback` reason. Torch is imported only here.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from . import recording, runtime
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AutotuneBackend", "Fallback", "LayerReport", "Report", "optimize", "report", "restore"]
+
+ATTR = "_autotune_router"  # the router object a routed module carries
+LINEAR_DTYPES = ("float32", "float16", "bfloat16")
+CONV_DTYPES = ("float32", "float16")
+
+
+class Fallback(StrEnum):
+    """Why a call ran torch's own op instead of a kernel of autotune."""
+
+    GROUPS = "groups != 1"
+    DILATION = "dilation != 1"
+    ASYMMETRIC = "stride or padding differs between height and width"
+    PADDING_MODE = "padding_mode is not 'zeros'"
+    PADDING_STRING = "string padding ('same' or 'valid')"
+    TRAINING = "training mode"
+    AUTOGRAD = "input or parameters need grad"
+    DEVICE = "not a tensor on the current CUDA device"
+    DTYPE = "dtype has no kernel"
+    MIXED_DTYPE = "input and weight dtypes differ"
+    INPUT = "input shape or memory layout not served"
+    CAPTURE = "new shape first seen during CUDA graph capture"
+    RUNTIME = "the runtime cannot serve the problem"
+
+
+class Route(StrEnum):
+    AUTOTUNE = "autotune"  # a kernel of autotune
+    VENDOR = "vendor"  # the runtime serves the vendor library: torch's op directly
+    TORCH = "torch"  # a fallback: torch's op, counted with its reason
+
+
+_AUTOTUNE, _VENDOR, _TORCH = Route.AUTOTUNE, Route.VENDOR, Route.TORCH  # module globals: read on every call
+
+
+def structural_reason(kind: str, module: Any) -> Fallback | None:
+    """Why ``module`` (of ``kind`` "linear" or "conv2d") can never be routed, from its attributes alone."""
+    if kind != "conv2d":
+        return None
+    padding, fb = module.padding, Fallback
+    checks = ((module.groups != 1, fb.GROUPS), (isinstance(padding, str), fb.PADDING_STRING),
+              (module.padding_mode != "zeros", fb.PADDING_MODE), (tuple(module.dilation) != (1, 1), fb.DILATION),
+              (len(set(module.stride)) != 1 or len(set(padding)) != 1, fb.ASYMMETRIC))  # fmt: skip
+    return next((reason for failed, reason in checks if failed), None)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How calls of one input signature are served; ``problem`` is the runtime's problem (None for TORCH)."""
+
+    route: Route
+    reason: Fallback | None = None
+    kernel: str = ""
+    problem: Any = None
+    detail: str = ""
+
+
+def plan_call(kind: str, module: Any, shape: tuple[int, ...], dtypes: tuple[str, str], layout: str | None,
+              backend: Any, device: Any) -> Plan:  # fmt: skip
+    """Decide how ``module`` serves inputs of ``shape`` (conv2d: logical NCHW, dense in ``layout``) and
+    (input, weight) ``dtypes``; pure but for ``backend.step``, the runtime's answer."""
+    if dtypes[0] != dtypes[1]:
+        return Plan(Route.TORCH, Fallback.MIXED_DTYPE)
+    if dtypes[0] not in (LINEAR_DTYPES if kind == "linear" else CONV_DTYPES):
+        return Plan(Route.TORCH, Fallback.DTYPE)
+    if kind == "linear":
+        n, k = module.out_features, module.in_features
+        m = math.prod(shape[:-1]) if shape else 0
+        if not shape or shape[-1] != k or min(m, n, k) < 1:
+            return Plan(Route.TORCH, Fallback.INPUT)
+        return _ask(backend, "gemm", [m, n, k], {"M": m, "N": n, "K": k}, dtypes[0], "NT", device)
+    if layout is None or len(shape) != 4:
+        return Plan(Route.TORCH, Fallback.INPUT)
+    n, c, h, w = shape
+    k, r, s = module.out_channels, *module.kernel_size
+    stride, pad = module.stride[0], module.padding[0]
+    if c != module.in_channels or min(n, c, k) < 1 or h + 2 * pad < r or w + 2 * pad < s:
+        return Plan(Route.TORCH, Fallback.INPUT)
+    dims = {"N": n, "C": c, "H": h, "W": w, "K": k, "R": r, "S": s, "stride": stride, "pad": pad}
+    return _ask(backend, "conv2d", dims, dims, dtypes[0], layout, device)
+
+
+def _ask(backend: Any, kernel: str, shape: Any, sizes: dict[str, int], dtype: str, layout: str, device: Any) -> Plan:
+    """Ask the runtime (through ``backend``) who serves the problem; ``sizes`` are ``load()``'s keywords."""
+    from .kernels import FAMILIES
+
+    try:
+        problem = FAMILIES[kernel].problem(shape, dtype, layout)
+        step = backend.step(kernel, problem, sizes, device)
+    except Exception as exc:  # noqa: BLE001 - the model must still run: torch serves it, the reason is counted
+        log.warning("autotune.torch: %s %s %s/%s goes to torch: %s", kernel, shape, dtype, layout, exc)
+        return Plan(Route.TORCH, Fallback.RUNTIME, kernel, None, f"{type(exc).__name__}: {exc}")
+    route = Route.VENDOR if step.startswith(Route.VENDOR) else Route.AUTOTUNE
+    log.debug("autotune.torch: %s %s served by %s (%s)", kernel, problem.label, route.value, step)
+    return Plan(route, None, kernel, problem, step)
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """One routed module: its calls by route, its fallbacks by reason, and the plan of each input seen."""
+
+    name: str
+    kind: str
+    calls: dict[str, int]  # Route value -> calls
+    fallbacks: dict[str, int]  # Fallback value -> calls
+    plans: tuple[tuple[str, str, str], ...]  # (problem label or input shape, route, provenance step or reason)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Calls through the routed modules of a model, by route and by fallback reason."""
+
+    layers: tuple[LayerReport, ...]
+    skipped: dict[str, str] = field(default_factory=dict)  # module name -> why it is not routed at all
+
+    def count(self, route: str) -> int:
+        return sum(layer.calls.get(route, 0) for layer in self.layers)
+
+    @property
+    def fallbacks(self) -> dict[str, int]:  # reason -> calls, over all layers
+        return dict(sorted(sum((Counter(layer.fallbacks) for layer in self.layers), Counter()).items()))
+
+    def __str__(self) -> str:
+        ours, vendor, torch = (self.count(r) for r in Route)
+        head = f"{len(self.layers)} routed modules: {ours} calls by autotune, {vendor} by the vendor, {torch} fallbacks"
+        lines = [head] + [f"  fallback: {n} x {reason}" for reason, n in self.fallbacks.items()]
+        lines += [f"  not routed: {name} ({why})" for name, why in self.skipped.items()]
+        return "\n".join(lines)
+
+
+class Router:
+    """The ``forward`` of one routed module: decides per input signature, then serves each call."""
+
+    def __init__(self, module: Any, kind: str, backend: Any, fuse_bias: bool) -> None:
+        self.module, self.kind, self.backend, self.fuse_bias = module, kind, backend, fuse_bias
+        self.torch_forward: Callable[[Any], Any] = type(module).forward.__get__(module)
+        self.static = structural_reason(kind, module)
+        self.plans: dict[tuple, Plan] = {}
+        self.calls, self.fallbacks = Counter[str](), Counter[str]()
+        self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
+        self.params: dict[str, Any] = getattr(module, "_parameters", {})  # read directly: Module.__getattr__ is slow
+
+    def param(self, name: str) -> Any:
+        params = self.params
+        return params[name] if name in params else getattr(self.module, name)  # e.g. a parametrized weight
+
+    def __call__(self, x: Any) -> Any:
+        m, backend, w = self.module, self.backend, self.param("weight")
+        reason = self.static or (Fallback.TRAINING if m.training else None)
+        if reason is None and backend.grad_enabled() and (x.requires_grad or w.requires_grad):
+            reason = Fallback.AUTOGRAD
+        if reason is not None or not backend.on_device(x):
+            return self._fallback(reason or Fallback.DEVICE, x)
+        layout = backend.layout_of(x) if self.kind == "conv2d" else None
+        key = (x.shape, x.dtype, w.dtype, x.device, layout)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self._decide(key, x, layout)
+            if plan is None:
+                return self._fallback(Fallback.CAPTURE, x)
+        if plan.route is _AUTOTUNE:
+            out = self._serve(plan, key, x)
+            if isinstance(out, Fallback):
+                return self._fallback(out, x)
+            self.calls[_AUTOTUNE] += 1
+            return out
+        if plan.route is _VENDOR:
+            self.calls[_VENDOR] += 1
+            observe = recording.observer()
+            if observe is not None:
+                return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x))
+            return self.torch_forward(x)
+        return self._fallback(plan.reason, x)  # type: ignore[arg-type]
+
+    def _fallback(self, reason: Fallback, x: Any) -> Any:
+        self.calls[_TORCH] += 1
+        self.fallbacks[reason] += 1
+        return self.torch_forward(x)
+
+    def _decide(self, key: tuple, x: Any, layout: str | None) -> Plan | None:
+        """The plan for a new input signature; None (nothing kept) while a CUDA graph is being captured."""
+        if self.backend.capturing():
+            return None
+        if not self.backend.on_current_device(x):
+            plan = Plan(Route.TORCH, Fallback.DEVICE)
+        else:
+            dtypes = (str(key[1]).removeprefix("torch."), str(key[2]).removeprefix("torch."))  # "float16"
+            plan = plan_call(self.kind, self.module, tuple(key[0]), dtypes, layout, self.backend, x.device)
+        self.plans[key] = plan
+        return plan
+
+    def _serve(self, plan: Plan, key: tuple, x: Any) -> Any:
+        """Our kernel's output, or the reason this call cannot be served (a failing kernel's plan becomes one)."""
+        m, backend = self.module, self.backend
+        try:
+            if self.kind == "linear":
+                rows = backend.rows(x, m.in_features)
+                if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
+                    return Fallback.INPUT
+                out = backend.linear(rows, self.param("weight"), self.param("bias"), self.fuse_bias)
+                return out.view(*x.shape[:-1], m.out_features)
+            w, b = self.param("weight"), self.param("bias")
+            return backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
+        except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over
+            if backend.capturing():  # the failure broke the capture: torch's op cannot be captured instead
+                raise
+            log.warning("autotune.torch: %s %s failed, torch serves it from now on: %s", plan.kernel,
+                        plan.problem.label, exc)  # fmt: skip
+            self.plans[key] = Plan(Route.TORCH, Fallback.RUNTIME, plan.kernel, plan.problem, str(exc))
+            return Fallback.RUNTIME
+
+    def layer_report(self, name: str) -> LayerReport:
+        plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
+                       str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
+        calls, fallbacks = ({str(k): n for k, n in c.items()} for c in (self.calls, self.fallbacks))
+        return LayerReport(name, self.kind, calls, fallbacks, plans)
+
+
+def step_of(launcher: Any) -> str:
+    """A launcher's lookup step; it starts with "vendor" when the vendor library serves (a vendor launcher
+    picked by another step, e.g. the online choice, reads "vendor (online)")."""
+    step = str(launcher.provenance.get("step", ""))
+    return f"vendor ({step})" if getattr(launcher, "vendor", False) is True and step != Route.VENDOR else step
+
+
+@functools.cache
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+class AutotuneBackend:
+    """Serves routed calls with autotune's runtime on torch tensors; tests substitute one with the same
+    methods to exercise the routing without a GPU."""
+
+    def __init__(self) -> None:
+        self.grad_enabled = _torch().is_grad_enabled  # bound once: called on every routed call
+        self._gemm, self._conv = runtime.gemm, runtime.conv2d  # resolved once (autotune.calls, where it exists)
+
+    @staticmethod
+    def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:
+        """The runtime's lookup step for ``problem`` (see :func:`step_of`)."""
+        import cupy
+
+        with cupy.cuda.Device(device.index):
+            return step_of(runtime.load(kernel, dtype=problem.dtype, layout=problem.layout, **sizes))
+
+    @staticmethod
+    def grad_enabled() -> bool:
+        return _torch().is_grad_enabled()
+
+    @staticmethod
+    def on_device(x: Any) -> bool:
+        return x.is_cuda
+
+    @staticmethod
+    def on_current_device(x: Any) -> bool:
+        return x.is_cuda and x.device.index == _torch().cuda.current_device()
+
+    @staticmethod
+    def capturing() -> bool:
+        cuda = _torch().cuda
+        return cuda.is_available() and cuda.is_current_stream_capturing()
+
+    @staticmethod
+    def layout_of(x: Any) -> str | None:
+        """The layout a 4-D input is dense in: "NCHW", "NHWC" (channels-last) or None."""
+        if x.dim() != 4:
+            return None
+        if x.is_contiguous():
+            return "NCHW"
+        return "NHWC" if x.is_contiguous(memory_format=_torch().channels_last) else None
+
+    @staticmethod
+    def rows(x: Any, k: int) -> Any:
+        """``x`` as [M, k] rows without a copy, or None when it is not contiguous."""
+        return x.view(-1, k) if x.is_contiguous() else None
+
+    def linear(self, rows: Any, weight: Any, bias: Any, fuse_bias: bool) -> Any:
+        """``rows @ weight.t() + bias`` with the GEMM of layout NT: W read in place through ``.t()``."""
+        out = _torch().empty((rows.shape[0], weight.shape[0]), dtype=rows.dtype, device=rows.device)
+        if bias is None:
+            self.gemm(rows, weight.t(), out, 1.0, 0.0)
+        elif fuse_bias:  # the epilogue adds beta * out: pre-filled with the bias, it rounds once
+            out.copy_(bias.expand(out.shape))
+            self.gemm(rows, weight.t(), out, 1.0, 1.0)
+        else:
+            self.gemm(rows, weight.t(), out, 1.0, 0.0)
+            out.add_(bias)
+        return out
+
+    def conv2d(self, x: Any, weight: Any, bias: Any, stride: int, pad: int, layout: str, cache: dict) -> Any:
+        """torch's ``conv2d(x, weight, bias, stride, pad)`` with autotune's kernel; NHWC data stays NHWC."""
+        import torch
+
+        n, _, h, w = x.shape
+        k, _, r, s = weight.shape
+        p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+        wk = self.weight_as(weight, layout, cache)
+        if layout == "NCHW":
+            out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device)
+            self.conv(x, wk, stride, pad, layout, out)
+        else:
+            out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+            self.conv(x.permute(0, 2, 3, 1), wk, stride, pad, layout, out.permute(0, 2, 3, 1))
+        if bias is not None:
+            out.add_(bias.view(1, k, 1, 1))
+        return out
+
+    @staticmethod
+    def weight_as(weight: Any, layout: str, cache: dict) -> Any:
+        """The filter dense in ``layout``: a view when it is, else a copy made once per storage and version."""
+        if layout == "NCHW" and weight.is_contiguous():
+            return weight
+        if layout == "NHWC" and weight.is_contiguous(memory_format=_torch().channels_last):
+            return weight.permute(0, 2, 3, 1)
+        key = (layout, weight.data_ptr(), weight._version)
+        if (got := cache.get(key)) is None:
+            cache.clear()
+            got = cache[key] = weight.contiguous() if layout == "NCHW" else weight.permute(0, 2, 3, 1).contiguous()
+        return got
+
+    def gemm(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
+        self._gemm(a, b, out, alpha, beta)
+
+    def conv(self, x: Any, w: Any, stride: int, pad: int, layout: str, out: Any) -> None:
+        self._conv(x, w, stride, pad, layout, out)
+
+
+def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
+    """Route ``model``'s ``nn.Linear`` and ``nn.Conv2d`` modules through autotune for inference; returns
+    ``model``, changed in place (:func:`restore` undoes it; calling again re-routes and counts afresh)."""
+    nn = _torch().nn
+    backend = backend if backend is not None else AutotuneBackend()
+    skipped: dict[str, str] = {}
+    for name, m in model.named_modules():
+        kind, base = ("linear", nn.Linear) if isinstance(m, nn.Linear) else ("conv2d", nn.Conv2d)
+        if not isinstance(m, base):
+            continue
+        lazy = isinstance(m, nn.modules.lazy.LazyModuleMixin)
+        if lazy or type(m).forward is not base.forward:
+            skipped[name or "(model)"] = "lazy, not made yet" if lazy else f"{type(m).__name__} overrides forward"
+        else:
+            m.__dict__[ATTR] = m.__dict__["forward"] = Router(m, kind, backend, fuse_bias)
+    model.__dict__["_autotune_skipped"] = skipped
+    return model
+
+
+def restore(model: Any) -> Any:
+    """Undo :func:`optimize`: every module's own ``forward`` again. Returns ``model``."""
+    for m in model.modules():
+        if m.__dict__.pop(ATTR, None) is not None:
+            m.__dict__.pop("forward", None)
+    model.__dict__.pop("_autotune_skipped", None)
+    return model
+
+
+def report(model: Any, *, reset: bool = False) -> Report:
+    """Calls served so far by each routed module of ``model``, by route and fallback reason; ``reset=True``
+    starts the counts again (the plans stay)."""
+    layers = []
+    for name, m in model.named_modules():
+        if (router := m.__dict__.get(ATTR)) is None:
+            continue
+        layers.append(router.layer_report(name or "(model)"))
+        if reset:
+            router.calls.clear()
+            router.fallbacks.clear()
+    return Report(tuple(layers), dict(model.__dict__.get("_autotune_skipped", {})))

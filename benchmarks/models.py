@@ -1,0 +1,400 @@
+"""Real models end to end: torch against ``autotune.torch.optimize(model)``, eager and in a CUDA graph.
+
+    python3 benchmarks/models.py [--quick] [--out DIR] [--case SUBSTRING ...]
+    python3 benchmarks/models.py --record DIR [--case ...]     # only write each case's workload YAML
+    (autotune's git revision goes into the results; without a checkout, from $AUTOTUNE_GIT_REV)
+
+Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
+batch 1 and 32 and fp16 channels-last at batch 8; the linear layers of a Llama-3-8B-sized decoder layer
+(q 4096->4096, k and v 4096->1024, o 4096->4096, gate and up 4096->14336, down 14336->4096; no bias), fp16
+and bf16, at M = 1, 4, 16 (decode) and 512, 2048 (prefill).
+
+Per case, in one process: the first optimized forward (plans, compiles, the runtime's online choice); the
+forward time of torch and of the optimized model, eager (back-to-back forwards between CUDA events, no L2
+flush, median of repeats) and as CUDA graph replays; both outputs against a float64 copy of the model
+(relative Frobenius error; ResNet: top-1 agreement); J per forward from NVML's energy counter over graph
+replays (>= 1 s, autotune.energy); the drop-in's calls per forward by route and its fallbacks; and per
+routed layer: its input, route, GPU time of torch's op and ours (10 calls in a CUDA graph, median of
+replays) and host time per eager call of each. cuDNN benchmark mode is on (--no-cudnn-benchmark: off);
+TF32 settings are torch's defaults, written in the metadata. Writes <out>/models_<gpu-key>.json, .csv (a
+row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table. A case
+that fails is recorded with its error; the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import autotune  # noqa: E402
+import autotune.torch as at  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str  # "resnet50" | "llama-linears"
+    dtype: str
+    channels_last: bool
+    batch: int  # images, or M (tokens)
+
+
+def cases() -> list[Case]:
+    out = [Case("resnet50-fp32-nchw-b1", "resnet50", "float32", False, 1),
+           Case("resnet50-fp32-nchw-b32", "resnet50", "float32", False, 32),
+           Case("resnet50-fp16-cl-b8", "resnet50", "float16", True, 8)]  # fmt: skip
+    for dtype, short in (("float16", "fp16"), ("bfloat16", "bf16")):
+        out += [Case(f"llama-linears-{short}-m{m}", "llama-linears", dtype, False, m) for m in (1, 4, 16, 512, 2048)]
+    return out
+
+
+def llama_linears(torch: Any) -> Any:
+    nn, F = torch.nn, torch.nn.functional
+
+    class LlamaLinears(nn.Module):
+        """The seven projections of a Llama-3-8B decoder layer, chained as in the layer (attention itself,
+        not a linear layer, is stood in for by q's output); returns [h + mlp, k, v] concatenated."""
+
+        def __init__(self, hidden: int = 4096, kv: int = 1024, mlp: int = 14336) -> None:
+            super().__init__()
+            self.q_proj, self.o_proj = nn.Linear(hidden, hidden, bias=False), nn.Linear(hidden, hidden, bias=False)
+            self.k_proj, self.v_proj = nn.Linear(hidden, kv, bias=False), nn.Linear(hidden, kv, bias=False)
+            self.gate_proj, self.up_proj = nn.Linear(hidden, mlp, bias=False), nn.Linear(hidden, mlp, bias=False)
+            self.down_proj = nn.Linear(mlp, hidden, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            h = x + self.o_proj(q)
+            h = h + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+            return torch.cat([h, k, v], dim=-1)
+
+    return LlamaLinears()
+
+
+_built: dict[tuple, tuple[Any, Any]] = {}  # the last (model, dtype, layout): cases of other sizes reuse it
+
+
+def build(torch: Any, case: Case) -> tuple[Any, Any, Any]:
+    """(torch's model, a fresh optimized copy, the float64 reference), all on the GPU with the same weights."""
+    key = (case.model, case.dtype, case.channels_last)
+    if key not in _built:
+        _built.clear()
+        torch.cuda.empty_cache()
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            if case.model == "resnet50":
+                import torchvision
+
+                base = torchvision.models.resnet50(weights=None)
+            else:
+                base = llama_linears(torch)
+        base = base.eval()
+        ref = copy.deepcopy(base).double()
+        fmt = torch.channels_last if case.channels_last else torch.contiguous_format
+        _built[key] = (base.to(dtype=getattr(torch, case.dtype), memory_format=fmt), ref)
+    base, ref = _built[key]
+    return base, at.optimize(copy.deepcopy(base)), ref
+
+
+def make_input(torch: Any, case: Case) -> Any:
+    g = torch.Generator(device="cuda").manual_seed(1)
+    shape = (case.batch, 3, 224, 224) if case.model == "resnet50" else (case.batch, 4096)
+    return torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
+
+
+def time_loop(torch: Any, fn: Any, reps: int, target_ms: float) -> float:
+    """ms per call of ``fn`` run back to back: the median over ``reps`` loops of about ``target_ms`` each."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    iters = max(1, min(1000, round(target_ms / max(start.elapsed_time(end), 1e-3))))
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def capture(torch: Any, fn: Any, calls: int = 1) -> tuple[Any, Any]:
+    """A CUDA graph of ``calls`` calls of ``fn`` (warmed up on a side stream first), and its last output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            out = fn()
+    return graph, out
+
+
+def accuracy(torch: Any, out: Any, ref: Any, top1: bool) -> dict[str, float | None]:
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    agree = float((out.argmax(-1) == ref.argmax(-1)).double().mean()) if top1 else None
+    return {"rel_error": err, "top1_agreement": agree}
+
+
+def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None, str | None]:
+    from autotune.energy import EnergyPlan, default_meter
+
+    meter = default_meter()  # NVML opened once; it synchronizes the whole device, torch's streams too
+    e = meter.measure(graph.replay, ms, EnergyPlan(seconds=1.0, max_seconds=2.0 if quick else 4.0))
+    return (e.joules_per_launch, None) if e is not None else (None, meter.reason)
+
+
+def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
+    """Eager and graph time, accuracy and J per forward of one model on input ``x``."""
+    reps, target = (5, 30.0) if quick else (15, 100.0)
+    row: dict[str, Any] = {}
+    row.update({f"{name}_{k}": v for k, v in accuracy(torch, model(x), ref, top1).items()})
+    row[f"{name}_eager_ms"] = time_loop(torch, lambda: model(x), reps, target)
+    graph, out = capture(torch, lambda: model(x))
+    row[f"{name}_graph_ms"] = time_loop(torch, graph.replay, reps, target)
+    graph.replay()
+    row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
+    row[f"{name}_j_per_forward"], why = energy(torch, graph, row[f"{name}_graph_ms"], quick)
+    if why:
+        row[f"{name}_energy_note"] = why
+    return row
+
+
+def layer_inputs(torch: Any, opt: Any, x: Any) -> list[tuple[str, Any, Any]]:
+    """(name, module, a copy of its input) for every routed module, from one forward."""
+    seen: list[tuple[str, Any, Any]] = []
+
+    def keep(name: str) -> Any:
+        return lambda module, args: seen.append((name, module, args[0].clone()))
+
+    hooks = [m.register_forward_pre_hook(keep(name)) for name, m in opt.named_modules() if at.ATTR in m.__dict__]
+    try:
+        opt(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def host_us(torch: Any, fn: Any, bursts: int, burst: int = 50) -> float:
+    """Host time per call (us): the median over bursts of ``burst`` calls, the GPU drained between bursts."""
+    times = []
+    for _ in range(bursts):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        times.append((time.perf_counter() - t0) / burst * 1e6)
+    return statistics.median(times)
+
+
+def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, ...]:
+    """GPU us per call of torch's own forward and of the routed call (each ``calls`` times in a CUDA graph),
+    then the host us per eager call of each."""
+    gpu, host = [], []
+    for fn in (lambda: type(m).forward(m, inp), lambda: m(inp)):
+        graph, _ = capture(torch, fn, calls)
+        gpu.append(time_loop(torch, graph.replay, reps, 0.0) / calls * 1e3)
+        del graph
+        host.append(host_us(torch, fn, reps))
+    return (*gpu, *host)
+
+
+def layer_table(torch: Any, opt: Any, x: Any, quick: bool) -> list[dict[str, Any]]:
+    """Each routed layer: its input, route, and torch's time against ours (distinct layers timed once)."""
+    plans = {layer.name: layer.plans for layer in at.report(opt).layers}
+    rows, timed = [], {}
+    calls, reps = (5, 5) if quick else (10, 15)
+    for name, m, inp in layer_inputs(torch, opt, x):
+        key = (type(m).__name__, tuple(inp.shape), inp.stride(), tuple(m.weight.shape), str(inp.dtype),
+               getattr(m, "stride", None), getattr(m, "padding", None), m.bias is None)  # fmt: skip
+        if key not in timed:
+            timed[key] = time_layer(torch, m, inp, calls, reps)
+        torch_us, ours_us, torch_host, ours_host = timed[key]
+        plan = "; ".join(f"{what} {route} ({why})" for what, route, why in plans.get(name, ()))
+        rows.append({"layer": name, "kind": type(m).__name__, "input": "x".join(map(str, inp.shape)), "plan": plan,
+                     "torch_us": torch_us, "ours_us": ours_us, "speedup": torch_us / ours_us,
+                     "torch_host_us": torch_host, "ours_host_us": ours_host})  # fmt: skip
+    return rows
+
+
+def run_case(torch: Any, case: Case, quick: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {"case": case.name, "model": case.model, "dtype": case.dtype, "batch": case.batch,
+                           "layout": "channels_last" if case.channels_last else "contiguous"}  # fmt: skip
+    base, opt, ref = build(torch, case)
+    x64 = make_input(torch, case)
+    fmt = torch.channels_last if case.channels_last else torch.contiguous_format
+    x = x64.to(dtype=getattr(torch, case.dtype), memory_format=fmt)
+    top1 = case.model == "resnet50"
+    with torch.inference_mode():
+        want = ref(x64)
+        t0 = time.perf_counter()
+        opt(x)
+        torch.cuda.synchronize()
+        row["first_forward_s"] = time.perf_counter() - t0
+        at.report(opt, reset=True)
+        opt(x)
+        rep = at.report(opt, reset=True)
+        row.update({f"calls_{r}": rep.count(r) for r in ("autotune", "vendor", "torch")})
+        row["fallbacks"] = rep.fallbacks
+        row.update(measure_model(torch, "torch", base, x, want, top1, quick))
+        row.update(measure_model(torch, "ours", opt, x, want, top1, quick))
+        row["eager_speedup"] = row["torch_eager_ms"] / row["ours_eager_ms"]
+        row["graph_speedup"] = row["torch_graph_ms"] / row["ours_graph_ms"]
+        try:
+            row["layers"] = layer_table(torch, opt, x, quick)
+        except Exception as exc:  # noqa: BLE001 - the model figures stand without the table
+            row["layers_error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def record_case(torch: Any, case: Case, out: Path) -> dict[str, Any]:
+    _, opt, _ = build(torch, case)
+    fmt = torch.channels_last if case.channels_last else torch.contiguous_format
+    x = make_input(torch, case).to(dtype=getattr(torch, case.dtype), memory_format=fmt)
+    with torch.inference_mode():
+        opt(x)  # plans decided and kernels compiled outside the recording
+        torch.cuda.synchronize()
+        path = out / f"{case.name}.yaml"
+        with autotune.record(path) as rec:
+            opt(x)
+    return {"case": case.name, "workload": str(path), "problems": len(rec.workload.problems),
+            "calls": sum(p.calls for p in rec.workload.problems)}  # fmt: skip
+
+
+def git_rev() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()  # fmt: skip
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("AUTOTUNE_GIT_REV", "unknown (no git checkout; set AUTOTUNE_GIT_REV)")
+
+
+def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
+    import cupy
+
+    from autotune.device import current_gpu
+
+    tv = None
+    with contextlib.suppress(PackageNotFoundError):
+        tv = version("torchvision")
+    gpu = current_gpu()
+    versions = {"torch": torch.__version__, "torchvision": tv, "cudnn": torch.backends.cudnn.version(),
+                "cupy": cupy.__version__, "autotune": autotune.__version__, "autotune_rev": git_rev()}  # fmt: skip
+    settings = {"cudnn_benchmark": torch.backends.cudnn.benchmark, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+                "matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "quick": args.quick}  # fmt: skip
+    return {"gpu": gpu.name, "gpu_key": gpu.key, "versions": versions, "settings": settings,
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
+
+
+CSV_SKIP = ("layers", "fallbacks", "traceback")
+
+
+def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"models_{meta['gpu_key']}"
+    (out / f"{stem}.json").write_text(json.dumps({**meta, "cases": rows}, indent=1, default=str) + "\n")
+    flat_meta = {"gpu": meta["gpu"], **{f"{k}_version": v for k, v in meta["versions"].items()}, "date": meta["date"]}
+    case_rows = [{**{k: v for k, v in r.items() if k not in CSV_SKIP}, "fallbacks": json.dumps(r.get("fallbacks", {})),
+                  **flat_meta} for r in rows]  # fmt: skip
+    layer_rows = [{"case": r["case"], **layer, **flat_meta} for r in rows for layer in r.get("layers", [])]
+    for name, table in ((f"{stem}.csv", case_rows), (f"models_layers_{meta['gpu_key']}.csv", layer_rows)):
+        fields = list(dict.fromkeys(k for row in table for k in row))
+        with open(out / name, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(table)
+    return out / f"{stem}.json"
+
+
+def print_table(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    print(f"\n{meta['gpu']}  {meta['versions']}  {meta['date']}")
+    head = f"{'case':<26}{'eager ms torch/ours':>22}{'x':>6}{'graph ms torch/ours':>22}{'x':>6}"
+    print(head + f"{'rel.err torch/ours':>20}{'top1':>6}{'J torch/ours':>16}  calls a/v/t  fallbacks")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['case']:<26} FAILED: {r['error']}")
+            continue
+        j = "/".join("-" if r.get(f"{n}_j_per_forward") is None else f"{r[f'{n}_j_per_forward']:.3f}"
+                     for n in ("torch", "ours"))  # fmt: skip
+        top1 = "-" if r["ours_top1_agreement"] is None else f"{r['ours_top1_agreement']:.2f}"
+        print(f"{r['case']:<26}{r['torch_eager_ms']:>11.3f}/{r['ours_eager_ms']:<10.3f}{r['eager_speedup']:>6.2f}"
+              f"{r['torch_graph_ms']:>11.3f}/{r['ours_graph_ms']:<10.3f}{r['graph_speedup']:>6.2f}"
+              f"{r['torch_rel_error']:>10.1e}/{r['ours_rel_error']:<9.1e}{top1:>6}{j:>16}"
+              f"  {r['calls_autotune']}/{r['calls_vendor']}/{r['calls_torch']}  {r['fallbacks'] or ''}")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats (about 4 minutes on an H200)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--record", type=Path, metavar="DIR", help="only write each case's workload YAML into DIR")
+    ap.add_argument("--case", action="append", metavar="SUBSTRING", help="run only cases whose name has it")
+    ap.add_argument("--no-cudnn-benchmark", action="store_true", help="leave cuDNN's benchmark mode off")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("benchmarks/models.py needs torch (and torchvision for ResNet-50): pip install torch torchvision")
+        return 2
+    if not torch.cuda.is_available():
+        print("benchmarks/models.py needs a CUDA GPU that torch can use; torch sees none")
+        return 2
+    torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
+    meta = metadata(torch, args)  # first: a case that breaks the CUDA context cannot take it with it
+    chosen = [c for c in cases() if not args.case or any(s in c.name for s in args.case)]
+    if not chosen:
+        print(f"no case matches {args.case}; cases: {', '.join(c.name for c in cases())}")
+        return 2
+    rows = []
+    for case in chosen:
+        t0 = time.perf_counter()
+        try:
+            row = record_case(torch, case, args.record) if args.record else run_case(torch, case, args.quick)
+        except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the others still run
+            row = {"case": case.name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        row["wall_s"] = time.perf_counter() - t0
+        print(f"{case.name}: {row.get('error') or 'done'} in {row['wall_s']:.1f} s", flush=True)
+        rows.append(row)
+        if not args.record:
+            write(args.out, meta, rows)  # after every case: a run stopped midway keeps what it measured
+        with contextlib.suppress(RuntimeError):  # a broken CUDA context: the next cases record their own errors
+            torch.cuda.empty_cache()
+    if args.record:
+        for r in rows:
+            print(f"{r['case']:<26} {r.get('error') or r['workload']}")
+        return 0 if all("error" not in r for r in rows) else 1
+    path = write(args.out, meta, rows)
+    print_table(meta, rows)
+    print(f"\nwrote {path} and its CSVs")
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""GPU tier for autotune.torch: a small conv + linear model, optimized, matches torch against a float64
+reference in fp32 (NCHW), fp16 (NCHW and channels-last) and bf16; it runs on a side stream and inside a
+captured CUDA graph; its fallbacks are counted; autotune.record() writes its workload."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}  # a 5-layer model, against float64
+
+
+@pytest.fixture
+def torch(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    # fp32 torch (the vendor path and the reference model) in full fp32, not TF32
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    return torch
+
+
+@pytest.fixture(params=["online", "ours"])
+def serving(request, monkeypatch):
+    """ "online": the runtime as users get it (stored winners, the online choice, the vendor); "ours": every
+    problem a template of ours computes is served by it (AUTOTUNE_VENDOR=0), so our kernels run here."""
+    if request.param == "ours":
+        monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
+    return request.param
+
+
+def check_counts(at, rep, serving, dtype, forwards):
+    """Every routed call served (by autotune or the vendor) but the known fallbacks; our kernels ran."""
+    routed = 2 if dtype == "bfloat16" else ROUTED_PER_FORWARD  # no bf16 convolution kernels
+    expected = {at.Fallback.GROUPS.value: forwards}
+    if dtype == "bfloat16":
+        expected[at.Fallback.DTYPE.value] = 3 * forwards
+    fallbacks = dict(rep.fallbacks)
+    if serving == "ours":  # problems no template of ours computes (fp32 NT, say) go to torch
+        fallbacks.pop(at.Fallback.RUNTIME.value, None)
+        assert rep.count("autotune") > 0, rep
+    else:
+        assert rep.count("autotune") + rep.count("vendor") == routed * forwards, rep
+    assert fallbacks == expected, rep
+
+
+def small_model(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, groups=4),  # a fallback: groups
+        nn.Conv2d(32, 64, 1, bias=False), nn.Flatten(),
+        nn.Linear(64 * 8 * 8, 96), nn.ReLU(), nn.Linear(96, 10),
+    ).eval()  # fmt: skip
+
+
+ROUTED_PER_FORWARD = 5  # 3 convolutions and 2 linear layers; the grouped convolution falls back
+
+
+def models(torch, dtype, channels_last):
+    """(torch's model, the optimized copy, the float64 reference copy), same weights."""
+    import autotune.torch as at
+
+    torch.manual_seed(0)
+    base = small_model(torch).cuda()
+    ref = copy.deepcopy(base).double()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    base = base.to(dtype=getattr(torch, dtype), memory_format=fmt)
+    return base, at.optimize(copy.deepcopy(base)), ref
+
+
+def rel(torch, out, ref):
+    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+
+
+@pytest.mark.parametrize(
+    "dtype, channels_last", [("float32", False), ("float16", False), ("float16", True), ("bfloat16", False)]
+)
+def test_optimized_model_matches_torch(torch, serving, dtype, channels_last):
+    import autotune.torch as at
+
+    base, opt, ref = models(torch, dtype, channels_last)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    with torch.inference_mode():
+        for batch in (4, 1, 4):
+            x = torch.randn(batch, 3, 16, 16, device="cuda", dtype=torch.float64)
+            want = ref(x)
+            xt = x.to(dtype=getattr(torch, dtype), memory_format=fmt)
+            theirs, ours = base(xt), opt(xt)
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+            assert torch.isfinite(ours).all()
+            err, torch_err = rel(torch, ours, want), rel(torch, theirs, want)
+            assert err < max(TOLERANCE[dtype], 2 * torch_err), (batch, err, torch_err)
+    check_counts(at, at.report(opt), serving, dtype, forwards=3)
+
+
+@pytest.mark.parametrize("dtype, channels_last", [("float16", True), ("float32", False), ("bfloat16", False)])
+def test_optimized_model_runs_on_a_side_stream_and_in_a_cuda_graph(torch, serving, dtype, channels_last):
+    import autotune.torch as at
+
+    base, opt, _ = models(torch, dtype, channels_last)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    static_x = torch.randn(8, 3, 16, 16, device="cuda", dtype=getattr(torch, dtype)).to(memory_format=fmt)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.inference_mode():
+        with torch.cuda.stream(side):  # warm-up: every plan decided (and compiled) before capture
+            for _ in range(3):
+                opt(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = opt(static_x)
+        for seed in range(3):
+            torch.manual_seed(seed)
+            static_x.copy_(torch.randn_like(static_x))
+            graph.replay()
+            want = base(static_x)
+            torch.cuda.synchronize()
+            assert rel(torch, static_y, want.double()) < TOLERANCE[dtype]
+    check_counts(at, at.report(opt), serving, dtype, forwards=4)  # no CAPTURE fallback: decided in the warm-up
+
+
+def test_record_writes_the_models_workload(torch, serving, tmp_path):
+    import autotune
+    import autotune.torch as at
+    from autotune import recording
+
+    if recording._observer_setter() is None:
+        pytest.skip("this runtime has no call observer (set_call_observer) yet")
+    _, opt, _ = models(torch, "float16", False)
+    x = torch.randn(2, 3, 16, 16, device="cuda", dtype=torch.float16)
+    with torch.inference_mode():
+        opt(x)  # decided (and compiled) outside the recording
+        at.report(opt, reset=True)
+        with autotune.record(tmp_path / "w.yaml"):
+            opt(x)
+            opt(x)
+    rep = at.report(opt)
+    problems = yaml.safe_load((tmp_path / "w.yaml").read_text())["problems"]
+    assert sum(p["calls"] for p in problems) == rep.count("autotune") + rep.count("vendor") == 2 * ROUTED_PER_FORWARD
+    assert [p["kernel"] for p in problems] == ["conv2d"] * 3 + ["gemm"] * 2
+    assert {p["layout"] for p in problems} == {"NCHW", "NT"} and {p["dtype"] for p in problems} == {"float16"}
+    assert all(p["ms_per_call"] and p["ms_per_call"] > 0 for p in problems)
+    assert sum(p["time_share"] for p in problems) == pytest.approx(1.0, abs=1e-4)
+    assert problems[-1]["shape"] == "2x10x96"
