@@ -290,11 +290,7 @@ class Launcher:
     def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
-            stream = _stream_key()
-            scratch = self._scratch.get(stream)  # type: ignore[assignment]
-            if scratch is None:
-                with self._scratch_lock:
-                    scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
+            scratch = self._scratch.get(_stream_key()) or self._stream_scratch()
         if self._gemm and len(scratch) <= 2:
             args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *scratch)
         elif self._gemm and len(scratch) == 3:  # skinny_wgmma: split-K buffers, then the operands' tensor maps
@@ -304,6 +300,23 @@ class Launcher:
             args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
         self._fn(self._grid, self._block, args, shared_mem=self._shared)
         return out
+
+    def _stream_scratch(self) -> tuple[Any, ...]:
+        """This stream's scratch buffers, made on its first launch. Under CUDA graph capture nothing may be
+        allocated: the capture stream takes the buffers of a stream that launched before (the warm-up's), so a
+        graph must not replay while that stream runs the same launcher."""
+        from .streams import capturing
+
+        stream = _stream_key()
+        with self._scratch_lock:
+            scratch = self._scratch.get(stream)
+            if scratch is None:
+                if self._scratch and capturing():
+                    scratch = next(iter(self._scratch.values()))
+                else:
+                    scratch = self._new_scratch()  # type: ignore[misc]
+                self._scratch[stream] = scratch
+        return scratch
 
     def __repr__(self) -> str:
         return f"Launcher({self.kernel_name}, {self.problem.label}, {self.choice.step} from {self.choice.source})"
@@ -322,9 +335,7 @@ class StagedLauncher(Launcher):
     def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
-            stream = _stream_key()
-            with self._scratch_lock:
-                scratch = self._scratch.get(stream) or self._scratch.setdefault(stream, self._new_scratch())
+            scratch = self._scratch.get(_stream_key()) or self._stream_scratch()
         family, choice = self._family, self.choice
         args = family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
         step_args = family.before_args(choice.template, choice.params, self.problem, (a, b), scratch)  # type: ignore[attr-defined]

@@ -75,6 +75,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
+    # This measures our launch path: serve our kernels even where the vendor would win (AUTOTUNE_VENDOR=0).
+    os.environ.setdefault("AUTOTUNE_VENDOR", "0")
 
     import cupy as cp
     import numpy as np

@@ -478,3 +478,25 @@ def test_the_default_backend_hands_torch_tensors_to_the_runtime(torch, monkeypat
     out = backend.linear(rows, w, bias, fuse_bias=True)
     torch.testing.assert_close(out, torch.nn.functional.linear(rows, w, bias), rtol=1e-5, atol=1e-5)
     assert calls == [(w.data_ptr(), (1, 8), 1.0, 1.0)]  # W in place through .t(); the bias in the epilogue
+
+
+@pytest.mark.parametrize(("ours_ms", "torch_ms", "route"), [(1.0, 2.0, "autotune"), (2.0, 1.0, "vendor")])
+def test_the_first_call_of_a_shape_races_our_kernel_against_torchs_op(torch, ours_ms, torch_ms, route):
+    """The faster of our kernel and torch's own op (as the user's torch runs it) serves every later call."""
+    import autotune.torch as at
+
+    class Racing(CPUBackend):
+        def race(self, ours, theirs, x):
+            ours(), theirs()  # both run on the real input
+            return ours_ms, torch_ms
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8)).eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        want = model(x)
+        at.optimize(model, backend=Racing())
+        for _ in range(3):
+            torch.testing.assert_close(model(x), want, rtol=1e-4, atol=1e-4)
+    layer = at.report(model).layers[0]
+    assert layer.plans[0][1] == route and "raced on this input" in layer.plans[0][2]
+    assert layer.calls.get(route, 0) == 3
