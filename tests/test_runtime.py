@@ -173,14 +173,18 @@ def test_split_k_scratch_is_not_shared_between_streams(monkeypatch):
 
     choice = runtime.Choice("wmma", params, "exact", "test")
     launcher = runtime.Launcher("gemm", problem, choice, fn, Launch((64, 1, 4), (256, 1, 1), 0), "k", new_scratch)
-    stream = ["first"]
+    stream, capture = ["first"], [False]
     monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    monkeypatch.setattr("autotune.streams.capturing", lambda: capture[0])
     launcher(None, None, None)
     launcher(None, None, None)
     stream[0] = "second"
     launcher(None, None, None)
     assert launched[0] == launched[1] == made[0]  # one stream: launches are ordered, its buffers are reused
     assert launched[2] == made[1] and made[1] != made[0]
+    stream[0], capture[0] = "graph capture", True  # nothing may be allocated: a warmed-up stream's buffers serve
+    launcher(None, None, None)
+    assert launched[3] == made[0] and len(made) == 2
 
 
 def test_templates_without_scratch_launch_without_it(monkeypatch):
