@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import recording, runtime
+from . import dispatch, recording, runtime
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class Router:
         settings): the faster serves from now on, so the drop-in is never slower than the model it replaces.
         A backend without ``race`` (the CPU tests' fakes) keeps the runtime's answer."""
         race = getattr(self.backend, "race", None)
-        if race is None:
+        if race is None or not dispatch.vendor_enabled():  # AUTOTUNE_VENDOR=0: our kernels serve, unraced
             return plan
         self.plans[key] = plan  # _serve may replace it with a torch plan if our kernel fails
         timed = race(lambda: self._serve(plan, key, x), lambda: self.torch_forward(x), x)
