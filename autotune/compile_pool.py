@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from multiprocessing import get_context
@@ -24,8 +25,11 @@ CompileFn = Callable[[str, str, str], CompileResult]
 NICE = 5  # compiles yield the CPU to the search loop and the GPU worker, which are on the critical path
 
 
-def _init_compiler() -> None:
-    """Runs once in each compile process: lower its priority and load NVRTC before the first candidate."""
+def _init_compiler(pids: Any = None) -> None:
+    """Runs once in each compile process: say its pid to the parent (``pids``, a queue: the parent kills these on a
+    hung compile), lower its priority and load NVRTC before the first candidate."""
+    if pids is not None:
+        pids.put(os.getpid())
     try:
         os.nice(NICE)
     except OSError:  # not permitted here: compile at normal priority
@@ -52,12 +56,15 @@ class CompilePool:
         # queue of candidates is never mistaken for a hung compiler.
         self._deadline: dict[str, float | None] = {}
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._pids: Any = None  # the current pool's queue of worker pids (put by each worker at start)
         self.compiles = 0
 
     def _executor(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
+            ctx = get_context("spawn")
+            self._pids = ctx.SimpleQueue()
             self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.jobs, mp_context=get_context("spawn"), initializer=_init_compiler
+                max_workers=self.jobs, mp_context=ctx, initializer=_init_compiler, initargs=(self._pids,)
             )
         return self._pool
 
@@ -166,10 +173,13 @@ class CompilePool:
 
     def _kill(self) -> None:
         """Stop the pool now: kill its processes (a hung compile included) and cancel what is queued."""
-        pool, self._pool = self._pool, None
+        pool, pids, self._pool, self._pids = self._pool, self._pids, None, None
         if pool is not None:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.kill()
+            while not pids.empty():  # every worker that started (public API only: no pool internals)
+                try:
+                    os.kill(pids.get(), signal.SIGKILL)
+                except ProcessLookupError:  # it had exited already
+                    pass
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _restart(self) -> None:
