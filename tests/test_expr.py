@@ -451,7 +451,7 @@ def test_hundreds_of_unary_minus_signs_give_a_value(signs):
         ("+".join(["BM"] * 330), 990),
         ("abs(" * 160 + "-BM" + ")" * 160, 3),
         ("(" * 199 + "BM" + ")" * 199, 3),
-        ("BM if BM > 5 else " * 55 + "1", 1),
+        ("BM if BM > 5 else " * 50 + "1", 1),
         ("BM - (" * 150 + "1" + ")" * 150, 2),
     ],
 )
