@@ -452,7 +452,7 @@ def test_hundreds_of_unary_minus_signs_give_a_value(signs):
         ("abs(" * 160 + "-BM" + ")" * 160, 3),
         ("(" * 199 + "BM" + ")" * 199, 3),
         ("BM if BM > 5 else " * 50 + "1", 1),
-        ("BM - (" * 150 + "1" + ")" * 150, 2),
+        ("BM - (" * 141 + "1" + ")" * 141, 2),
     ],
 )
 def test_deeply_nested_expressions_evaluate_without_recursion(text, expected):
