@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import re
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -173,7 +173,7 @@ MALFORMED = [
     ("constraint-not-a-string", put("constraints", value=[5]), "constraints", "list of expression strings"),
     ("constraint-non-parameter", append_constraint("QQ > 1"), "constraints[3]", "'QQ > 1' names QQ"),
     # The space is judged before start_from, so these blame the constraint (or params), not start_from[0].
-    ("constraint-impossible", append_constraint("BM > 1000"), "constraints[3]", "'BM > 1000' holds for no values of BM"),
+    ("constraint-impossible", append_constraint("BM > 1000"), "constraints[3]", "'BM > 1000' holds for no values of"),
     (
         "constraints-impossible-together",
         both(append_constraint("BM > 100"), append_constraint("BM * 2 < 100")),
@@ -587,8 +587,8 @@ GEMM_TEXT = GEMM_YAML.read_text()
 
 
 def _billion_laughs(indent: str = "  ") -> str:
-    """Nine levels of ten aliases each: 10**9 strings once expanded, from about 2.6 KB of text."""
-    lines = [f'{indent}a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    """Nine levels of ten aliases each: 10**9 strings of 198 characters once expanded, from 2.6 KB of text."""
+    lines = [f"{indent}a0: &a0 [" + ", ".join(['"' + "lol" * 66 + '"'] * 10) + "]"]
     for i in range(1, 10):
         refs = ", ".join([f"*a{i - 1}"] * 10)
         lines.append(f"{indent}a{i}: &a{i} [{refs}]")
@@ -600,7 +600,7 @@ def test_billion_laughs_in_budget_is_refused_in_well_under_a_second(tmp_path):
 
     text = GEMM_TEXT.replace("budget:                   # per shape, whichever comes first\n",
                              "budget:\n" + _billion_laughs() + "\n")  # fmt: skip
-    assert "a9:" in text and len(_billion_laughs()) < 3000
+    assert "a9:" in text and 2500 < len(_billion_laughs()) < 2700
     path = write(tmp_path, text)
     start = time.perf_counter()
     err = expect_spec_error(path, "budget.a5", "expands through YAML aliases to more than 200,000 values")
@@ -704,9 +704,9 @@ def test_an_infeasible_space_of_millions_is_refused_in_about_a_second(base):
     raw = copy.deepcopy(base)
     raw.pop("start_from")
     raw["params"] = {
-        "BM": [16, 32, 64, 128, 256], "BN": [16, 32, 64, 128, 256], "BK": [8, 16, 32, 64], "WM": [16, 32, 64, 128],
+        "BM": [32, 64, 128, 256], "BN": [16, 32, 64, 128, 256], "BK": [8, 16, 32, 64], "WM": [16, 32, 64, 128],
         "WN": [16, 32, 64, 128], "WNITER": [1, 2, 4, 8, 16, 32], "TM": [1, 2, 4, 8], "TN": [1, 2, 4, 8],
-        "VEC": [1, 2, 4], "PAD": [0, 1, 2, 4, 8], "DBUF": [False, True],
+        "VEC": [1, 2, 4, 8], "PAD": [0, 1, 2, 4, 8], "DBUF": [False, True],
     }  # fmt: skip
     raw["constraints"] = [
         "BM % WM == 0 and BN % WN == 0",
@@ -717,7 +717,7 @@ def test_an_infeasible_space_of_millions_is_refused_in_about_a_second(base):
     spec_size = 1
     for v in raw["params"].values():
         spec_size *= len(v)
-    assert spec_size == 4_608_000
+    assert spec_size == 4_915_200
     start = time.perf_counter()
     with pytest.raises(SpecError) as info:
         parse_spec(raw, "big.yaml")
