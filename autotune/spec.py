@@ -154,7 +154,7 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     tolerance = _parse_verify(raw.get("verify"), fail)
     # The space first: a start_from entry can only be judged against a space known to be sound.
     _check_feasible(space, lambda values: family.check(template, values), fail)
-    start_from = _parse_start(raw.get("start_from"), space, lambda values: family.check(template, values), fail)
+    start_from = _parse_start(raw.get("start_from"), space, fail)
     return Spec(path, kernel, template, dtypes[0], tuple(problems), space, objective, budget, sampler, seed,
                 tolerance, start_from, tuple(dtypes), tuple(layouts))  # fmt: skip
 
@@ -410,7 +410,7 @@ def _parse_verify(v: Any, fail: Any) -> float | None:
     return float(tol) if tol is not None else None
 
 
-def _parse_start(v: Any, space: Space, check: Any, fail: Any) -> tuple[Config, ...]:
+def _parse_start(v: Any, space: Space, fail: Any) -> tuple[Config, ...]:
     if v is None:
         return ()
     if not isinstance(v, list):
@@ -440,11 +440,5 @@ def _parse_start(v: Any, space: Space, check: Any, fail: Any) -> tuple[Config, .
             raise fail(f"{key}.{extra[0]}", "is not a parameter of this configuration")
         if broken:
             raise fail(key, f"breaks the constraint {broken!r}")
-        try:
-            reason = check(chosen)
-        except (TypeError, ValueError, ZeroDivisionError, KeyError) as exc:
-            reason = f"the template's checks cannot take these values ({brief(str(exc), 200)})"
-        if reason is not None:
-            raise fail(key, f"fails the template's own checks: {reason}")
         configs.append(Config.of(chosen))
     return tuple(configs)

@@ -192,12 +192,6 @@ MALFORMED = [
         "constraints",
         "template's own checks (the first that meets the constraints, BM=16,BN=32,BK=8,",
     ),
-    (
-        "start-fails-template-checks",  # VEC=4 does not divide BK=2 for start_from[0]; other configs pass
-        both(put("params", "BK", value=[2, 8, 16, 32]), put("start_from", 0, "BK", value=2)),
-        "start_from[0]",
-        "fails the template's own checks: VEC must divide BK and BN",
-    ),
     ("objective-unknown", put("objective", value="power"), "objective", "got 'power'"),
     ("objective-three", put("objective", value=["time", "energy", "power"]), "objective", "[time, energy]"),
     ("objective-twice", put("objective", value=["time", "time"]), "objective", "got ['time', 'time']"),
