@@ -763,3 +763,20 @@ def test_a_conv_problem_counts_the_device_bytes_a_run_holds():
     p = CONV.problem({"N": 2, "C": 3, "H": 8, "W": 8, "K": 4, "R": 3, "S": 3, "stride": 1, "pad": 1}, "float16")
     x, w, y, padded = 2 * 3 * 8 * 8, 4 * 3 * 3 * 3, 2 * 4 * 8 * 8, 2 * 3 * 10 * 10
     assert p.device_bytes == (x + w + 2 * y) * 2 + (x + padded + w + 2 * y) * 8
+
+
+def test_load_yaml_reads_every_shipped_config_as_safe_load_does():
+    from autotune.safe_yaml import load_yaml
+
+    files = sorted((ROOT / "configs").glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        assert load_yaml(f.read_text()) == yaml.safe_load(f.read_text()), f
+
+
+@pytest.mark.parametrize("text", ["!!python/object/apply:os.system ['true']", "x: !!python/name:os.system"])
+def test_load_yaml_keeps_safe_load_semantics(text):
+    from autotune.safe_yaml import load_yaml
+
+    with pytest.raises(yaml.constructor.ConstructorError, match="could not determine a constructor"):
+        load_yaml(text)
