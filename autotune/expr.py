@@ -15,11 +15,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConstraintError
+from .errors import ConstraintError, brief
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -66,6 +66,7 @@ MAX_LENGTH = 1000  # characters in one expression: enough for any constraint, bo
 _MAX_POWER = 64  # keeps ``2 ** 10 ** 10`` from stalling the process
 _MEMO_SIZE = 1 << 16  # remembered results per expression
 _MAX_BITS = 256  # integers larger than this are no tile size; refusing them keeps every step cheap
+_MAX_STRING = 4096  # characters in a string an expression builds (parameter values may be long strings)
 
 
 def _is_number(v: Any) -> bool:
@@ -87,7 +88,18 @@ def _check_power(base: Any, exponent: Any, text: str) -> None:
 def _bounded(v: Any, text: str) -> Any:
     if isinstance(v, int) and v.bit_length() > _MAX_BITS:
         raise ConstraintError(f"{text!r} computes a number above 2**{_MAX_BITS}")
+    if isinstance(v, str) and len(v) > _MAX_STRING:
+        raise ConstraintError(f"{text!r} builds a string of more than {_MAX_STRING} characters")
     return v
+
+
+class EvaluationError(ConstraintError):
+    """An expression that compiled but cannot be evaluated for some values (a division by zero, a string
+    compared with a number); ``text`` is the expression, so a caller can name the key it came from."""
+
+    def __init__(self, text: str, message: str) -> None:
+        super().__init__(message)
+        self.text = text
 
 
 @dataclass(frozen=True)
@@ -106,9 +118,11 @@ class Expression:
         try:
             tree = ast.parse(self.text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise ConstraintError(f"cannot parse {self.text!r}: {exc.msg}") from None
-        except (RecursionError, MemoryError, ValueError):
-            raise ConstraintError(f"cannot parse {self.text[:40]!r}...: nested too deeply") from None
+            raise ConstraintError(f"cannot parse {brief(self.text, 100)}: {exc.msg}") from None
+        except ValueError as exc:  # a null character
+            raise ConstraintError(f"cannot parse {brief(self.text, 100)}: {exc}") from None
+        except (RecursionError, MemoryError):
+            raise ConstraintError(f"cannot parse {brief(self.text, 100)}: nested too deeply") from None
         names: set[str] = set()
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
@@ -128,14 +142,22 @@ class Expression:
         try:
             key = tuple((type(values[n]), values[n]) for n in self._order)
         except (KeyError, TypeError):  # a missing name raises its own error below; unhashable: no memo
-            return _eval(self._tree.body, values, self.text)
+            return self._evaluate(values)
         if key in self._memo:
             return self._memo[key]
-        result = _eval(self._tree.body, values, self.text)
+        result = self._evaluate(values)
         if len(self._memo) >= _MEMO_SIZE:
             self._memo.clear()
         self._memo[key] = result
         return result
+
+    def _evaluate(self, values: Mapping[str, Any]) -> Any:
+        try:
+            return _eval(self._tree.body, values, self.text)
+        except EvaluationError:
+            raise
+        except ConstraintError as exc:
+            raise EvaluationError(self.text, str(exc)) from None
 
 
 _ALLOWED = (
@@ -175,7 +197,32 @@ def _check_node(node: ast.AST, text: str) -> None:
         raise ConstraintError(f"{text!r} names {node.id!r}; dunder names are not allowed")
 
 
-def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
+def _eval(root: ast.AST, values: Mapping[str, Any], text: str) -> Any:
+    """Value of ``root``, computed without recursion: each node is a generator that yields the children it
+    needs, one at a time, and returns its value; a stack of them is driven here. However deeply an expression
+    nests (990 unary minus signs fit in the length limit), evaluating it never raises RecursionError."""
+    stack = [_node_steps(root, values, text)]
+    value: Any = None
+    while stack:
+        try:
+            child = stack[-1].send(value)
+        except StopIteration as done:
+            stack.pop()
+            value = done.value
+            continue
+        if isinstance(child, ast.Constant):  # leaves inline: most of the nodes, and no generator for them
+            value = child.value
+        elif isinstance(child, ast.Name) and child.id in values:
+            value = values[child.id]
+        else:
+            stack.append(_node_steps(child, values, text))
+            value = None
+    return value
+
+
+def _node_steps(node: ast.AST, values: Mapping[str, Any], text: str) -> Generator[ast.AST, Any, Any]:
+    """One node's evaluation: yields each child to evaluate (receiving its value) and returns the node's value.
+    Short-circuits like Python: ``and``, ``or``, chained comparisons and ``x if c else y`` skip what is not needed."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -183,33 +230,24 @@ def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
             return values[node.id]
         raise ConstraintError(f"{text!r} names {node.id!r}, which is not a parameter")
     if isinstance(node, ast.BinOp):
-        left, right = _eval(node.left, values, text), _eval(node.right, values, text)
-        # Arithmetic is on numbers (and string concatenation) only: no repetition that allocates gigabytes.
-        joins_strings = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
-        if not (_is_number(left) and _is_number(right)) and not joins_strings:
-            raise ConstraintError(f"{text!r} does arithmetic on {left!r} and {right!r}; only numbers are allowed")
-        if isinstance(node.op, ast.Pow):
-            _check_power(left, right, text)
-        try:
-            result = _BINARY[type(node.op)](left, right)
-        except ZeroDivisionError:
-            raise ConstraintError(f"{text!r} divides by zero for {dict(values)}") from None
-        except (OverflowError, ValueError) as exc:
-            raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
-        return _bounded(result, text)
+        left = yield node.left
+        right = yield node.right
+        return _binary(node.op, left, right, values, text)
     if isinstance(node, ast.UnaryOp):
-        operand = _eval(node.operand, values, text)
+        operand = yield node.operand
         if not isinstance(node.op, ast.Not) and not _is_number(operand):
-            raise ConstraintError(f"{text!r} applies a sign to {operand!r}; only numbers are allowed")
+            raise ConstraintError(f"{text!r} applies a sign to {brief(operand)}; only numbers are allowed")
         return _UNARY[type(node.op)](operand)
     if isinstance(node, ast.BoolOp):
-        if isinstance(node.op, ast.And):
-            return all(_eval(v, values, text) for v in node.values)
-        return any(_eval(v, values, text) for v in node.values)
+        want = isinstance(node.op, ast.Or)  # the value that decides: any true for "or", any false for "and"
+        for v in node.values:
+            if bool((yield v)) is want:
+                return want
+        return not want
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, values, text)
+        left = yield node.left
         for op, comparator in zip(node.ops, node.comparators, strict=True):
-            right = _eval(comparator, values, text)
+            right = yield comparator
             try:
                 ok = _COMPARE[type(op)](left, right)
             except TypeError as exc:
@@ -219,15 +257,35 @@ def _eval(node: ast.AST, values: Mapping[str, Any], text: str) -> Any:
             left = right
         return True
     if isinstance(node, ast.IfExp):
-        branch = node.body if _eval(node.test, values, text) else node.orelse
-        return _eval(branch, values, text)
+        return (yield node.body if (yield node.test) else node.orelse)
     if isinstance(node, ast.Call):
         func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
-        args = [_eval(a, values, text) for a in node.args]
+        args = []
+        for a in node.args:
+            args.append((yield a))
         try:
             return _bounded(func(*args), text)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
     if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_eval(e, values, text) for e in node.elts)
+        items = []
+        for e in node.elts:
+            items.append((yield e))
+        return tuple(items)
     raise ConstraintError(f"{text!r} uses {type(node).__name__}, which constraints may not use")
+
+
+def _binary(op: ast.operator, left: Any, right: Any, values: Mapping[str, Any], text: str) -> Any:
+    # Arithmetic is on numbers (and string concatenation) only: no repetition that allocates gigabytes.
+    joins_strings = isinstance(op, ast.Add) and isinstance(left, str) and isinstance(right, str)
+    if not (_is_number(left) and _is_number(right)) and not joins_strings:
+        raise ConstraintError(f"{text!r} does arithmetic on {brief(left)} and {brief(right)}; only numbers are allowed")
+    if isinstance(op, ast.Pow):
+        _check_power(left, right, text)
+    try:
+        result = _BINARY[type(op)](left, right)
+    except ZeroDivisionError:
+        raise ConstraintError(f"{text!r} divides by zero for {brief(dict(values), 200)}") from None
+    except (OverflowError, ValueError) as exc:
+        raise ConstraintError(f"{text!r} cannot be evaluated: {exc}") from None
+    return _bounded(result, text)

@@ -103,6 +103,72 @@ class Space:
 
         yield from rec(0, {})
 
+    def first_feasible(self, accept: Callable[[dict[str, Value]], bool] | None = None) -> Config | None:
+        """A configuration that meets every constraint (and ``accept``, when given), or None if there is none.
+
+        Searches the parameters in the order ``search_order`` gives, not declaration order, and drops a partial
+        assignment as soon as a constraint whose names are all decided fails: a space of millions of
+        combinations whose constraints contradict each other over a few parameters is refuted after a few
+        hundred steps. Which configuration is returned may differ from ``next(enumerate())``; whether one
+        exists does not. ``accept`` sees each complete configuration, in declaration order.
+        """
+        order = self.search_order()
+        declared = {p.name: i for i, p in enumerate(self.params)}
+        absent = object()  # a conditional parameter whose condition is false in this assignment
+        ready: list[list[Expression]] = [[] for _ in order]  # constraints decided once order[i] is
+        at = {p.name: i for i, p in enumerate(order)}
+        for c in self.constraints:
+            ready[max((at[n] for n in c.names), default=0)].append(c)
+        if not order:
+            ok = all(c.evaluate({}) for c in self.constraints) and (accept is None or accept({}))
+            return Config.of({}) if ok else None
+
+        def holds(c: Expression, values: dict[str, object]) -> bool:
+            return any(values[n] is absent for n in c.names) or bool(c.evaluate(values))
+
+        def rec(i: int, values: dict[str, object]) -> Config | None:
+            if i == len(order):
+                chosen = {p.name: values[p.name] for p in self.params if values[p.name] is not absent}
+                return Config.of(chosen) if accept is None or accept(chosen) else None  # type: ignore[arg-type]
+            p = order[i]
+            before = {n: v for n, v in values.items() if v is not absent and declared[n] < declared[p.name]}
+            options = p.values if p.when is None or _condition(p.when, before) else (absent,)
+            for v in options:
+                values[p.name] = v
+                if all(holds(c, values) for c in ready[i]):
+                    found = rec(i + 1, values)
+                    if found is not None:
+                        return found
+            del values[p.name]
+            return None
+
+        return rec(0, {})
+
+    def search_order(self) -> tuple[Param, ...]:
+        """The parameters in an order that decides constraints early: next comes the parameter that leaves the
+        fewest names undecided in some constraint it appears in (ties: in more constraints, with fewer values,
+        declared first). A conditional parameter comes after the parameters declared before it that its
+        condition reads; parameters no constraint reads come last."""
+        declared = {p.name: i for i, p in enumerate(self.params)}
+        names = [c.names for c in self.constraints]
+        left, order, decided = list(self.params), [], set()
+
+        def placeable(p: Param) -> bool:
+            reads = p.when.names if p.when is not None else frozenset()
+            return all(n in decided for n in reads if n in declared and declared[n] < declared[p.name])
+
+        def score(p: Param) -> tuple[int, int, int, int]:
+            mine = [ns for ns in names if p.name in ns]
+            undecided = min((len(ns - decided) for ns in mine), default=len(self.params) + 1)
+            return undecided, -len(mine), len(p.values), declared[p.name]
+
+        while left:  # the earliest declared parameter left is always placeable
+            best = min((p for p in left if placeable(p)), key=score)
+            order.append(best)
+            decided.add(best.name)
+            left.remove(best)
+        return tuple(order)
+
     def size_before_constraints(self, walk_limit: int = 100_000) -> int:
         """Configurations the ``when`` conditions allow, constraints not applied: exact. The parameters some
         condition reads are walked value by value (while they span at most ``walk_limit`` combinations; past

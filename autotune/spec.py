@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from .errors import ConstraintError, SpecError
-from .expr import Expression
+from .errors import ConstraintError, SpecError, brief
+from .expr import EvaluationError, Expression
 from .kernels import FAMILIES
-from .space import Config, Param, Space, Value, check_names
+from .safe_yaml import YamlRefused, load_yaml
+from .space import Config, Param, Space, Value
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute", "nsga2")
 OBJECTIVES = ("time", "energy")
@@ -80,7 +81,9 @@ def load_spec(path: str | Path) -> Spec:
     except OSError as exc:
         raise SpecError(p, "", f"cannot be read ({exc.strerror})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except YamlRefused as exc:
+        raise SpecError(p, exc.key, exc.problem) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -95,24 +98,27 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
 
     if not isinstance(raw, dict):
         raise fail("", f"expected a mapping of keys at the top level, got {_kind(raw)}")
-    unknown = sorted(set(map(str, raw)) - TOP_KEYS)
+    unknown = sorted(str(k)[:40] for k in raw if k not in TOP_KEYS)
     if unknown:
         raise fail(unknown[0], f"unknown key; expected one of {', '.join(sorted(TOP_KEYS))}")
 
     kernel = _required(raw, "kernel", str, fail)
     if kernel not in FAMILIES:
-        raise fail("kernel", f"unknown kernel family {kernel!r}; expected one of {', '.join(sorted(FAMILIES))}")
+        raise fail("kernel", f"unknown kernel family {brief(kernel)}; expected one of {', '.join(sorted(FAMILIES))}")
     family = FAMILIES[kernel]
     template = _required(raw, "template", str, fail)
     if template not in family.templates:
-        raise fail("template", f"unknown {kernel} template {template!r}; expected one of {', '.join(family.templates)}")
+        known = ", ".join(family.templates)
+        raise fail("template", f"unknown {kernel} template {brief(template)}; expected one of {known}")
     info = family.templates[template]
     if "dtype" not in raw:
         raise fail("dtype", "is required")
-    dtypes = _names(raw, "dtype", info.dtypes, lambda x: f"template {template!r} does not implement {x!r}", fail)
+    dtypes = _names(raw, "dtype", info.dtypes, lambda x: f"template {template!r} does not implement {brief(x)}", fail)
     all_layouts = getattr(family, "layouts", ("NN",))
     # Without a layout key, the family's first layout (GEMM: NN, conv2d: NCHW).
-    layouts = _names(raw, "layout", all_layouts, lambda x: f"unknown layout {x!r}", fail) if "layout" in raw else []
+    layouts = (
+        _names(raw, "layout", all_layouts, lambda x: f"unknown layout {brief(x)}", fail) if "layout" in raw else []
+    )
     layouts = layouts or [all_layouts[0]]
     for lay in layouts:
         if info.layouts and lay not in info.layouts:
@@ -138,23 +144,17 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
     budget = _parse_budget(raw.get("budget"), fail)
     sampler = raw.get("sampler", "nsga2" if isinstance(objective, tuple) else "tpe")
     if sampler not in SAMPLERS:
-        raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
+        raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {brief(sampler)}")
     problem = sampler_problem(objective, sampler)
     if problem:
         raise fail("sampler", problem)
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise fail("seed", f"expected an integer from 0 to 2**32 - 1, got {seed!r}")
+        raise fail("seed", f"expected an integer from 0 to 2**32 - 1, got {brief(seed)}")
     tolerance = _parse_verify(raw.get("verify"), fail)
+    # The space first: a start_from entry can only be judged against a space known to be sound.
+    _check_feasible(space, lambda values: family.check(template, values), fail)
     start_from = _parse_start(raw.get("start_from"), space, fail)
-    try:
-        feasible = any(family.check(template, c.as_dict()) is None for c in space.enumerate())
-    except ConstraintError as exc:
-        raise fail("constraints", str(exc)) from None
-    except (TypeError, ValueError, ZeroDivisionError, KeyError) as exc:  # values the template cannot take
-        raise fail("params", f"a combination of values breaks the template's checks ({exc})") from None
-    if not feasible:
-        raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks")
     return Spec(path, kernel, template, dtypes[0], tuple(problems), space, objective, budget, sampler, seed,
                 tolerance, start_from, tuple(dtypes), tuple(layouts))  # fmt: skip
 
@@ -180,7 +180,7 @@ def _parse_objective(v: Any, fail: Any) -> str | tuple[str, ...]:
         return v
     if isinstance(v, list) and sorted(map(str, v)) == ["energy", "time"]:
         return ("time", "energy")  # always in this order: a study's values are [ms, J per launch]
-    raise fail("objective", f"expected time, energy or [time, energy], got {v!r}"[:120])
+    raise fail("objective", f"expected time, energy or [time, energy], got {brief(v)}")
 
 
 def sampler_problem(objective: str | tuple[str, ...], sampler: str) -> str | None:
@@ -192,7 +192,7 @@ def sampler_problem(objective: str | tuple[str, ...], sampler: str) -> str | Non
 
 
 def _kind(v: Any) -> str:
-    return "nothing" if v is None else f"{type(v).__name__} {v!r}"[:60]
+    return "nothing" if v is None else f"{type(v).__name__} {brief(v)}"
 
 
 def _required(raw: dict, key: str, typ: type, fail: Any) -> Any:
@@ -220,7 +220,8 @@ def _parse_param(name: str, v: Any, fail: Any) -> Param:
     elif isinstance(v, dict):
         extra = set(v) - {"values", "range", "step", "pow2", "when"}
         if extra:
-            raise fail(f"{key}.{sorted(extra)[0]}", "unknown key; expected values, range (with step), pow2 or when")
+            first = sorted(str(k)[:40] for k in extra)[0]
+            raise fail(f"{key}.{first}", "unknown key; expected values, range (with step), pow2 or when")
         forms = [f for f in ("values", "range", "pow2") if f in v]
         if len(forms) != 1:
             raise fail(key, "expected exactly one of 'values', 'range' or 'pow2'")
@@ -283,7 +284,7 @@ def _check_kind(p: Param, kind: str, fail: Any) -> None:
             low = 0 if kind == "int>=0" else 1
             ok, expected = _is_int(v) and v >= low, f"integers >= {low}"
         if not ok:
-            raise fail(f"params.{p.name}", f"expected {expected}, got {v!r}")
+            raise fail(f"params.{p.name}", f"expected {expected}, got {brief(v)}")
 
 
 def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
@@ -291,7 +292,7 @@ def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
     params_raw = raw.get("params")
     if not isinstance(params_raw, dict) or not params_raw:
         raise fail("params", f"expected a mapping of parameter names to values, got {_kind(params_raw)}")
-    unknown = sorted(set(map(str, params_raw)) - set(expected))
+    unknown = sorted(str(k)[:40] for k in params_raw if k not in expected)
     if unknown:
         raise fail(f"params.{unknown[0]}", f"unknown parameter for this template; it takes {', '.join(expected)}")
     missing = [n for n in expected if n not in params_raw and n not in optional]
@@ -322,12 +323,55 @@ def _parse_space(raw: dict, info: Any, fail: Any) -> Space:
     for i, c in enumerate(constraints):
         unknown = sorted(c.names - set(space.names))
         if unknown:
-            raise fail(f"constraints[{i}]", f"{c.text!r} names {', '.join(unknown)}, which is not a parameter")
-    try:
-        check_names(space, lambda e: "params")
-    except ConstraintError as exc:
-        raise fail("params", str(exc)) from None
+            names = brief(", ".join(unknown), 100)[1:-1]
+            raise fail(f"constraints[{i}]", f"{c.text!r} names {names}, which is not a parameter")
+    for p in params:
+        unknown = sorted(p.when.names - set(space.names)) if p.when is not None else []
+        if unknown:
+            names = brief(", ".join(unknown), 100)[1:-1]
+            raise fail(f"params.{p.name}.when", f"{p.when.text!r} names {names}, which is not a parameter")
     return space
+
+
+def _expression_key(space: Space, text: str) -> str:
+    """The spec key of the constraint or condition whose text is ``text``."""
+    for i, c in enumerate(space.constraints):
+        if c.text == text:
+            return f"constraints[{i}]"
+    for p in space.params:
+        if p.when is not None and p.when.text == text:
+            return f"params.{p.name}.when"
+    return "constraints"
+
+
+def _check_feasible(space: Space, check: Any, fail: Any) -> None:
+    """Raise unless some configuration meets the constraints and the template's ``check`` (a reason or None).
+    Blames the key at fault: a constraint no values can meet alone, the constraints together, or the template."""
+    rejected: list[tuple[dict[str, Value], str]] = []
+
+    def accept(values: dict[str, Value]) -> bool:
+        reason = check(values)
+        if reason is not None and not rejected:
+            rejected.append((values, reason))
+        return reason is None
+
+    try:
+        if space.first_feasible(accept) is not None:
+            return
+    except EvaluationError as exc:
+        raise fail(_expression_key(space, exc.text), str(exc)) from None
+    except (TypeError, ValueError, ZeroDivisionError, KeyError) as exc:  # values the template cannot take
+        raise fail("params", f"a combination of values breaks the template's checks ({brief(str(exc), 200)})") from None
+    if rejected:
+        values, reason = rejected[0]
+        shown = brief(",".join(f"{k}={v}" for k, v in values.items()), 200)[1:-1]
+        raise fail("constraints", "no configuration of params satisfies the constraints and the template's own checks"
+                                  f" (the first that meets the constraints, {shown}, fails: {reason})")  # fmt: skip
+    for i, c in enumerate(space.constraints):
+        if Space(space.params, (c,)).first_feasible() is None:
+            names = ", ".join(sorted(c.names)) or "no parameter"
+            raise fail(f"constraints[{i}]", f"{c.text!r} holds for no values of {names}")
+    raise fail("constraints", "no configuration of params satisfies the constraints together (each alone can hold)")
 
 
 def _parse_budget(v: Any, fail: Any) -> Budget:
@@ -335,7 +379,7 @@ def _parse_budget(v: Any, fail: Any) -> Budget:
         return Budget(trials=50, minutes=None)
     if not isinstance(v, dict):
         raise fail("budget", f"expected a mapping with 'trials' and/or 'minutes', got {_kind(v)}")
-    extra = sorted(set(v) - {"trials", "minutes"})
+    extra = sorted(str(k)[:40] for k in v if k not in ("trials", "minutes"))
     if extra:
         raise fail(f"budget.{extra[0]}", "unknown key; expected trials or minutes")
     trials, minutes = v.get("trials"), v.get("minutes")
@@ -360,7 +404,7 @@ def _parse_verify(v: Any, fail: Any) -> float | None:
         try:
             tol = float(tol)
         except ValueError:
-            raise fail("verify.tolerance", f"expected a positive number, got {tol!r}") from None
+            raise fail("verify.tolerance", f"expected a positive number, got {brief(tol)}") from None
     if tol is not None and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or not 0 < tol < 1):
         raise fail("verify.tolerance", f"expected a number between 0 and 1, got {_kind(tol)}")
     return float(tol) if tol is not None else None
@@ -382,17 +426,18 @@ def _parse_start(v: Any, space: Space, fail: Any) -> tuple[Config, ...]:
             if p.name not in entry:
                 raise fail(key, f"misses {p.name}")
             if not any(type(x) is type(entry[p.name]) and x == entry[p.name] for x in p.values):
-                raise fail(f"{key}.{p.name}", f"{entry[p.name]!r} is not among the values {list(p.values)}")
+                shown, allowed = brief(entry[p.name]), brief(list(p.values), 200)
+                raise fail(f"{key}.{p.name}", f"{shown} is not among the values {allowed}")
             return entry[p.name]
 
-        chosen = space.walk(choose)
-        extra = sorted(set(entry) - set(chosen))
+        try:
+            chosen = space.walk(choose)
+            broken = space.violated(chosen)
+        except EvaluationError as exc:  # the expression is at fault, for these values
+            raise fail(_expression_key(space, exc.text), f"{exc} (the values of {key})") from None
+        extra = sorted(str(k)[:40] for k in entry if k not in chosen)
         if extra:
             raise fail(f"{key}.{extra[0]}", "is not a parameter of this configuration")
-        try:
-            broken = space.violated(chosen)
-        except ConstraintError as exc:
-            raise fail(key, str(exc)) from None
         if broken:
             raise fail(key, f"breaks the constraint {broken!r}")
         configs.append(Config.of(chosen))

@@ -432,3 +432,86 @@ def test_a_parameter_named_like_a_function_is_part_of_the_memo_key():
     assert e.names == frozenset({"max"})
     assert e.evaluate({"max": 4}) is True
     assert e.evaluate({"max": 1}) is False  # not the remembered True
+
+
+# --- deep nesting: a value or one clear error, never RecursionError ---------------------------------------
+
+
+@pytest.mark.parametrize("signs", [1, 2, 989, 990, 997])
+def test_hundreds_of_unary_minus_signs_give_a_value(signs):
+    text = "-" * signs + "BM"
+    assert len(text) <= 1000
+    assert Expression(text).evaluate({"BM": 3}) == (-3 if signs % 2 else 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("not " * 249 + "BM", False),
+        ("+".join(["BM"] * 330), 990),
+        ("abs(" * 160 + "-BM" + ")" * 160, 3),
+        ("(" * 199 + "BM" + ")" * 199, 3),
+        ("BM if BM > 5 else " * 50 + "1", 1),
+        ("BM - (" * 141 + "1" + ")" * 141, 2),
+    ],
+)
+def test_deeply_nested_expressions_evaluate_without_recursion(text, expected):
+    assert len(text) <= 1000
+    assert Expression(text).evaluate({"BM": 3}) == expected
+
+
+def test_parentheses_deeper_than_python_parses_are_one_clear_error():
+    text = "(" * 400 + "BM" + ")" * 400
+    with pytest.raises(ConstraintError, match="cannot parse") as info:
+        Expression(text)
+    assert len(str(info.value)) < 200  # the 800-character text is cut, not repeated
+
+
+def _random_tree(rng, depth: int) -> tuple[str, int]:
+    """(text, value) of a random integer expression nested ``depth`` deep, its value computed here."""
+    text, value = "X", 5
+    for _ in range(depth):
+        k = rng.randrange(5)
+        if k == 0:
+            text, value = f"-{text}", -value
+        elif k == 1:
+            text, value = f"({text} + 2)", value + 2
+        elif k == 2:
+            text, value = f"max({text}, 0)", max(value, 0)
+        elif k == 3:
+            text, value = f"(7 - {text})", 7 - value
+        else:
+            text, value = f"({text} if X > 1 else 0)", value
+    return text, value
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_deep_expressions_match_their_computed_value(seed):
+    import random
+
+    rng = random.Random(seed)
+    text, value = _random_tree(rng, rng.randrange(20, 90))
+    assert Expression(text).evaluate({"X": 5}) == value
+
+
+def test_an_evaluation_error_carries_its_expression():
+    from autotune.expr import EvaluationError
+
+    with pytest.raises(EvaluationError) as info:
+        Expression("BM // (WM - WM) > 0").evaluate({"BM": 4, "WM": 2})
+    assert info.value.text == "BM // (WM - WM) > 0"
+    assert isinstance(info.value, ConstraintError)
+
+
+def test_strings_an_expression_builds_are_bounded():
+    long = "x" * 3000
+    with pytest.raises(ConstraintError, match="builds a string of more than"):
+        Expression("S + S == ''").evaluate({"S": long})
+    assert Expression("S + 'y' == T").evaluate({"S": "x", "T": "xy"}) is True
+
+
+def test_messages_show_long_values_cut():
+    with pytest.raises(ConstraintError) as info:
+        Expression("S * 2 > 1").evaluate({"S": "v" * 100_000})
+    assert "only numbers are allowed" in str(info.value)
+    assert len(str(info.value)) < 300

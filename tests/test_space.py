@@ -349,3 +349,66 @@ def test_nearest_counts_a_missing_conditional_parameter_as_far():
     # a proposal with T=x and A=4 that is taken: the nearest is another T=x configuration, not a T=y one
     got = near({"T": "x", "A": 4}, lambda c: c.key == "A=4,T=x")
     assert got.as_dict() == {"T": "x", "A": 2}
+
+
+# --- first_feasible: the same answer as enumerate(), found without walking it ---------------------------------
+
+
+def _random_space(rng):
+    """A small space with conditions and random constraints over random subsets of its parameters."""
+    n = rng.randrange(1, 6)
+    params = []
+    for i in range(n):
+        name = "ABCDEF"[i]
+        values = rng.sample(range(6), rng.randrange(1, 5))
+        when = None
+        if i and rng.random() < 0.3:  # mostly an earlier parameter; a later one makes the condition false
+            read = "ABCDEF"[rng.randrange(i) if rng.random() < 0.8 else rng.randrange(i, n)]
+            when = f"{read} {rng.choice(['<', '>', '!='])} {rng.randrange(6)}"
+        params.append(P(name, values, when))
+    constraints = []
+    for _ in range(rng.randrange(0, 5)):
+        a, b = rng.choice(params).name, rng.choice(params).name
+        constraints.append(f"{a} {rng.choice(['<', '>=', '!=', '=='])} {b} + {rng.randrange(-2, 3)}")
+    if rng.random() < 0.1:
+        constraints.append(rng.choice(["1 > 2", "2 > 1"]))
+    return S(params, constraints)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_first_feasible_agrees_with_enumerate(seed):
+    import random
+
+    rng = random.Random(seed)
+    space = _random_space(rng)
+    feasible = list(space.enumerate())
+    found = space.first_feasible()
+    assert (found is None) == (not feasible), space
+    if found is not None:
+        assert found in feasible
+        assert list(found.as_dict()) == [n for n in space.names if n in found.as_dict()]  # declaration order
+    # With an extra test on whole configurations: accepted iff enumerate has an accepted one.
+    keep = {c.key for c in feasible if rng.random() < 0.2}
+    found = space.first_feasible(lambda values: Config.of(values).key in keep)
+    assert (found is None) == (not keep)
+    assert found is None or found.key in keep
+
+
+def test_first_feasible_refutes_contradictory_constraints_on_late_params_fast():
+    import time
+
+    # 4.6 M combinations; the contradiction is among the last two parameters, which enumerate() binds last.
+    params = [P(f"X{i}", range(5)) for i in range(8)] + [P("Y", range(6)), P("Z", range(7)), P("W", [0, 1])]
+    space = S(params, ["Y > Z + W", "Z >= Y"])
+    assert space.size_upper_bound() > 4_500_000
+    start = time.perf_counter()
+    assert space.first_feasible() is None
+    assert time.perf_counter() - start < 0.5
+    assert space.search_order()[0].name in {"Y", "Z", "W"}
+
+
+def test_first_feasible_respects_conditions_read_in_declaration_order():
+    # B exists only when A == 1; the constraint on B applies only where B exists.
+    space = S([P("A", [0, 1]), P("B", [5, 6], when="A == 1")], ["B < 5"])
+    assert space.first_feasible() == Config.of({"A": 0})
+    assert S([P("A", [1]), P("B", [5, 6], when="A == 1")], ["B < 5"]).first_feasible() is None

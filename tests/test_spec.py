@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -171,17 +172,25 @@ MALFORMED = [
     ("constraints-not-a-list", put("constraints", value="BM > 1"), "constraints", "list of expression strings"),
     ("constraint-not-a-string", put("constraints", value=[5]), "constraints", "list of expression strings"),
     ("constraint-non-parameter", append_constraint("QQ > 1"), "constraints[3]", "'QQ > 1' names QQ"),
+    # The space is judged before start_from, so these blame the constraint (or params), not start_from[0].
+    ("constraint-impossible", append_constraint("BM > 1000"), "constraints[3]", "'BM > 1000' holds for no values of"),
     (
-        "constraint-impossible",
-        both(NO_START, append_constraint("BM > 1000")),
+        "constraints-impossible-together",
+        both(append_constraint("BM > 100"), append_constraint("BM * 2 < 100")),
         "constraints",
-        "no configuration of params satisfies",
+        "satisfies the constraints together (each alone can hold)",
+    ),
+    (
+        "constraint-divides-by-zero",
+        append_constraint("BM // (WM - WM) > 0"),
+        "constraints[3]",
+        "'BM // (WM - WM) > 0' divides by zero",
     ),
     (
         "template-checks-impossible",  # VEC=16 never divides BK=8: the template's own check rejects everything
-        both(NO_START, put("params", "BK", value=[8]), put("params", "VEC", value=[16])),
+        both(put("params", "BK", value=[8]), put("params", "VEC", value=[16])),
         "constraints",
-        "template's own checks",
+        "template's own checks (the first that meets the constraints, BM=16,BN=32,BK=8,",
     ),
     ("objective-unknown", put("objective", value="power"), "objective", "got 'power'"),
     ("objective-three", put("objective", value=["time", "energy", "power"]), "objective", "[time, energy]"),
@@ -564,3 +573,210 @@ def test_the_cli_sampler_must_take_the_objective(tmp_path, base, capsys):
     assert main(["run", str(path), "--sampler", "cmaes"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("autotune: error: --sampler 'cmaes' cannot search two objectives") and "\n" not in err
+
+
+# --- hostile or mistaken YAML: refused in one sentence, before anything large is built ------------------------
+
+GEMM_TEXT = GEMM_YAML.read_text()
+
+
+def _billion_laughs(indent: str = "  ") -> str:
+    """Nine levels of ten aliases each: 10**9 strings of 198 characters once expanded, from 2.6 KB of text."""
+    lines = [f"{indent}a0: &a0 [" + ", ".join(['"' + "lol" * 66 + '"'] * 10) + "]"]
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 10)
+        lines.append(f"{indent}a{i}: &a{i} [{refs}]")
+    return "\n".join(lines)
+
+
+def test_billion_laughs_in_budget_is_refused_in_well_under_a_second(tmp_path):
+    import time
+
+    text = GEMM_TEXT.replace("budget:                   # per shape, whichever comes first\n",
+                             "budget:\n" + _billion_laughs() + "\n")  # fmt: skip
+    assert "a9:" in text and 2500 < len(_billion_laughs()) < 2700
+    path = write(tmp_path, text)
+    start = time.perf_counter()
+    err = expect_spec_error(path, "budget.a5", "expands through YAML aliases to more than 200,000 values")
+    assert time.perf_counter() - start < 0.5
+    assert len(str(err)) < 300
+
+
+def test_alias_loops_and_deep_nesting_are_refused(tmp_path):
+    expect_spec_error(write(tmp_path, "kernel: gemm\nbudget: &b {trials: *b}\n", "loop.yaml"), "budget.trials",
+                      "contains itself through a YAML alias")  # fmt: skip
+    deep = "kernel: gemm\nshapes: " + "[" * 5000 + "]" * 5000 + "\n"
+    expect_spec_error(write(tmp_path, deep, "deep.yaml"), "line 2", "nests collections more than 50 deep")
+
+
+def test_moderate_aliases_still_load(tmp_path):
+    text = GEMM_TEXT.replace("  BM: [16, 32, 64, 128, 256]", "  BM: &tiles [16, 32, 64, 128, 256]").replace(
+        "  BN: [32, 64, 128, 256]", "  BN: *tiles"
+    )
+    assert "*tiles" in text
+    spec = load_spec(write(tmp_path, text))
+    assert next(p for p in spec.space.params if p.name == "BN").values == (16, 32, 64, 128, 256)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "lines"),
+    [
+        ("seed: 0\n", "seed: 0\nseed: 1\n", "seed", "on lines"),
+        ("  TN: [4, 8] ", "  TN: [4, 8]\n  TM: [4, 8, 16]", "params.TM", "on lines"),
+        ("  trials: 120\n", "  trials: 120\n  trials: 12\n", "budget.trials", "on lines"),
+        ("kernel: gemm\n", "kernel: gemm\n'kernel': gemm\n", "kernel", "on lines"),  # quoted: the same key
+        ("start_from:  ", "start_from:\n  - {BM: 128, BM: 64}\nx_start_from:", "start_from[0].BM", "on lines"),
+    ],
+    ids=["top-level", "params", "nested", "quoted", "inside-a-list"],
+)
+def test_duplicate_keys_are_refused_naming_the_key_and_its_lines(tmp_path, old, new, key, lines):
+    assert old in GEMM_TEXT
+    path = write(tmp_path, GEMM_TEXT.replace(old, new, 1))
+    err = expect_spec_error(path, key, "is given twice in one mapping, on lines ")
+    first, second = (int(n) for n in str(err).split("on lines ")[1].split(";")[0].split(" and "))
+    text = path.read_text().splitlines()
+    leaf = key.split(".")[-1].split("[")[0]
+    assert leaf in text[second - 1] and first <= second
+
+
+def test_a_merge_key_may_be_overridden(tmp_path):
+    text = GEMM_TEXT.replace("budget:                   # per shape, whichever comes first\n",
+                             "defaults: &d {trials: 5, minutes: 1}\nbudget:\n  <<: *d\n")  # fmt: skip
+    raw = __import__("autotune.safe_yaml", fromlist=["load_yaml"]).load_yaml(text)
+    assert raw["budget"] == {"trials": 120, "minutes": 0.75}  # the mapping's own keys win, as YAML says
+
+
+def test_an_integer_of_thousands_of_digits_is_one_sentence(tmp_path):
+    expect_spec_error(write(tmp_path, "seed: " + "7" * 5000 + "\n"), "line 1", "an integer of 5000 digits")
+    err = expect_spec_error(write(tmp_path, "seed: " + "7" * 4000 + "\n" + GEMM_TEXT.replace("seed: 0\n", "")),
+                            "seed", "expected an integer")  # fmt: skip
+    assert len(str(err)) < 300
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key"),
+    [
+        (put("budget", value=list(range(100_000))), "budget"),
+        (put("objective", value=["x" * 10**6]), "objective"),
+        (put("sampler", value="s" * 10**6), "sampler"),
+        (put("shapes", 0, value=list(range(50_000))), "shapes[0]"),
+        (put("params", "BM", value=[[1] * 50_000]), "params.BM"),
+        (put("start_from", 0, "BM", value="b" * 10**6), "start_from[0].BM"),
+        (put("kernel", value="k" * 10**6), "kernel"),
+    ],
+)
+def test_messages_about_huge_values_stay_short(base, mutate, key):
+    raw = copy.deepcopy(base)
+    mutate(raw)
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, "big.yaml")
+    assert str(info.value).startswith(f"big.yaml: {key}: ") and len(str(info.value)) < 400
+
+
+# --- each error names the key that is really wrong, start_from or not ---------------------------------------
+
+
+def test_an_empty_space_blames_the_constraint_not_start_from(tmp_path):
+    path = write(tmp_path, GEMM_TEXT.replace("constraints:", "constraints:\n  - BM > 512", 1))
+    expect_spec_error(path, "constraints[0]", "'BM > 512' holds for no values of BM")
+
+
+def test_a_constraint_that_cannot_be_evaluated_is_blamed_with_start_from_present(base):
+    raw = copy.deepcopy(base)
+    raw["constraints"].append("BN // (WN - 64) > -1000 if BN == 256 else True")
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, "s.yaml")
+    assert str(info.value).startswith("s.yaml: constraints[3]: ") and "divides by zero" in str(info.value)
+
+
+# --- a space of millions with nothing feasible is refuted fast ----------------------------------------------
+
+
+def test_an_infeasible_space_of_millions_is_refused_in_about_a_second(base):
+    import time
+
+    raw = copy.deepcopy(base)
+    raw.pop("start_from")
+    raw["params"] = {
+        "BM": [32, 64, 128, 256], "BN": [16, 32, 64, 128, 256], "BK": [8, 16, 32, 64], "WM": [16, 32, 64, 128],
+        "WN": [16, 32, 64, 128], "WNITER": [1, 2, 4, 8, 16, 32], "TM": [1, 2, 4, 8], "TN": [1, 2, 4, 8],
+        "VEC": [1, 2, 4, 8], "PAD": [0, 1, 2, 4, 8], "DBUF": [False, True],
+    }  # fmt: skip
+    raw["constraints"] = [
+        "BM % WM == 0 and BN % WN == 0",
+        "BM * WM > 4096 * (2 if DBUF else 1)",  # read last by declaration order: DBUF
+        "(BM // WM) * (BN // WN) * 32 <= 512",
+        "BM // WM >= 16 or PAD > 8 * (1 + DBUF)",  # only BM=256, WM=16 (BM * WM = 4096): read last, DBUF
+    ]
+    spec_size = 1
+    for v in raw["params"].values():
+        spec_size *= len(v)
+    assert spec_size == 4_915_200
+    start = time.perf_counter()
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, "big.yaml")
+    elapsed = time.perf_counter() - start
+    assert "no configuration of params satisfies the constraints together" in str(info.value)
+    assert elapsed < 1.5, elapsed
+
+
+# --- problem sizes: what the kernels' indexing addresses, and what a run holds on the device ------------------
+
+
+@pytest.mark.parametrize(
+    ("kernel", "shape", "dtype", "message"),
+    [
+        ("gemm", [2_000_000_000] * 3, "float32", "the gemm kernels index with int coordinates and 64-bit (size_t)"),
+        ("gemm", "2000000000x2000000000x2000000000", "float32", "A would hold 4e+18 float32 elements"),
+        ("gemm", [3_000_000_000, 64, 64], "float32", "32-bit indices"),
+        ("conv2d", [2**30, 2**30, 2**30, 2**30, 1, 1, 1, 1, 0], "float32", "64-bit (long long) offsets"),
+    ],
+)
+def test_problems_beyond_the_kernels_indexing_are_refused(kernel, shape, dtype, message):
+    from autotune.kernels import FAMILIES
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        FAMILIES[kernel].problem(shape, dtype)
+
+
+def test_a_2e9_cubed_gemm_spec_names_the_shape(tmp_path):
+    path = write(tmp_path, GEMM_TEXT.replace("  - [4096, 4096, 4096]\n", "  - [2000000000, 2000000000, 2000000000]\n"))
+    expect_spec_error(path, "shapes[0]", "more than 2**63 bytes")
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(2, 3, 4), (4096, 4096, 4096), (1, 50_000, 7)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_gemm_problem_counts_the_device_bytes_a_run_holds(m, n, k, dtype):
+    from autotune.kernels.gemm import GEMM
+
+    p = GEMM.problem([m, n, k], dtype)
+    es = 4 if dtype == "float32" else 2
+    stored = (m * k + k * n + 2 * m * n) * es  # A, B, C and the vendor's C
+    reference = (m * k + k * n + m * n) * 8  # float64 A, B and C
+    assert p.device_bytes == stored + reference
+    assert p.device_bytes > p.bytes
+
+
+def test_a_conv_problem_counts_the_device_bytes_a_run_holds():
+    from autotune.kernels.conv import CONV
+
+    p = CONV.problem({"N": 2, "C": 3, "H": 8, "W": 8, "K": 4, "R": 3, "S": 3, "stride": 1, "pad": 1}, "float16")
+    x, w, y, padded = 2 * 3 * 8 * 8, 4 * 3 * 3 * 3, 2 * 4 * 8 * 8, 2 * 3 * 10 * 10
+    assert p.device_bytes == (x + w + 2 * y) * 2 + (x + padded + w + 2 * y) * 8
+
+
+def test_load_yaml_reads_every_shipped_config_as_safe_load_does():
+    from autotune.safe_yaml import load_yaml
+
+    files = sorted((ROOT / "configs").glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        assert load_yaml(f.read_text()) == yaml.safe_load(f.read_text()), f
+
+
+@pytest.mark.parametrize("text", ["!!python/object/apply:os.system ['true']", "x: !!python/name:os.system"])
+def test_load_yaml_keeps_safe_load_semantics(text):
+    from autotune.safe_yaml import load_yaml
+
+    with pytest.raises(yaml.constructor.ConstructorError, match="could not determine a constructor"):
+        load_yaml(text)

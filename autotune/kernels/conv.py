@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import brief
 from . import conv_im2col, conv_implicit, conv_implicit_mma, conv_winograd
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
@@ -39,6 +40,7 @@ LAYOUTS = ("NCHW", "NHWC")
 FIELDS = ("N", "C", "H", "W", "K", "R", "S", "stride", "pad")
 LABEL = re.compile(r"n(\d+)c(\d+)h(\d+)w(\d+)k(\d+)r(\d+)s(\d+)u(\d+)p(\d+)")
 MAX_DIM = 2**31 - 1 - 4096  # coordinates are ints in the kernel (offsets are 64-bit)
+MAX_TENSOR_BYTES = 2**63 - 1  # element offsets are 64-bit (long long): a tensor's byte offsets must not wrap
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 64  # QT * KT floats per thread
 MAX_SHARED = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
@@ -97,6 +99,18 @@ class ConvProblem:
         return elems * ITEMSIZE[self.dtype]
 
     @property
+    def device_bytes(self) -> int:
+        """Device memory tuning this problem holds at its peak, besides a candidate's own scratch
+        (``extra_bytes``): x and w as stored, y twice (the candidate's and the vendor's), and the float64
+        reference: float64 copies of x (also padded) and w, and y with one filter tap's product beside it."""
+        x, w = self.N * self.C * self.H * self.W, self.K * self.C * self.R * self.S
+        y, padded = (
+            self.N * self.K * self.P * self.Q,
+            self.N * self.C * (self.H + 2 * self.pad) * (self.W + 2 * self.pad),
+        )
+        return (x + w + 2 * y) * ITEMSIZE[self.dtype] + (x + padded + w + 2 * y) * 8
+
+    @property
     def storage(self) -> str:
         return self.dtype
 
@@ -147,37 +161,47 @@ class ConvFamily:
         if isinstance(shape, str):
             m = LABEL.fullmatch(shape.strip())
             if not m:
-                raise ValueError(f"expected {self.shape_help}, got {shape!r}")
+                raise ValueError(f"expected {self.shape_help}, got {brief(shape)}")
             dims = [int(g) for g in m.groups()]
         elif isinstance(shape, Mapping):
             unknown = sorted(str(k) for k in shape if k not in FIELDS)
             if unknown:
-                raise ValueError(f"unknown convolution key {unknown[0]!r}; expected keys {', '.join(FIELDS)}")
+                raise ValueError(f"unknown convolution key {brief(unknown[0])}; expected keys {', '.join(FIELDS)}")
             missing = [k for k in FIELDS[:7] if k not in shape]
             if missing:
                 raise ValueError(f"convolution shape misses {', '.join(missing)}; expected {self.shape_help}")
             dims = [shape[k] for k in FIELDS[:7]] + [shape.get("stride", 1), shape.get("pad", 0)]
         elif isinstance(shape, (list, tuple)):
             if len(shape) != len(FIELDS):
-                raise ValueError(f"expected a list of 9 integers [N, C, H, W, K, R, S, stride, pad], got {shape!r}")
+                raise ValueError(
+                    f"expected a list of 9 integers [N, C, H, W, K, R, S, stride, pad], got {brief(shape)}"
+                )
             dims = list(shape)
         else:
-            raise ValueError(f"expected {self.shape_help}, got {shape!r}")
+            raise ValueError(f"expected {self.shape_help}, got {brief(shape)}")
         for name, v in zip(FIELDS, dims, strict=True):
             low = 0 if name == "pad" else 1
             if not _int(v) or v < low:
-                raise ValueError(f"convolution {name} must be an integer >= {low}, got {v!r}")
+                raise ValueError(f"convolution {name} must be an integer >= {low}, got {brief(v)}")
             if v > MAX_DIM:
-                raise ValueError(f"convolution {name} = {v} is above {MAX_DIM} (32-bit coordinates)")
+                raise ValueError(f"convolution {name} = {brief(v)} is above {MAX_DIM} (32-bit coordinates)")
         n, c, h, w, k, r, s, stride, pad = dims
         if h + 2 * pad > MAX_DIM or w + 2 * pad > MAX_DIM:
             raise ValueError(f"padded input {h + 2 * pad}x{w + 2 * pad} is above {MAX_DIM} (32-bit coordinates)")
         if r > h + 2 * pad or s > w + 2 * pad:
             raise ValueError(f"filter {r}x{s} is larger than the padded input {h + 2 * pad}x{w + 2 * pad}")
         if dtype not in ITEMSIZE:
-            raise ValueError(f"unknown conv2d dtype {dtype!r}; expected one of {', '.join(ITEMSIZE)}")
+            raise ValueError(f"unknown conv2d dtype {brief(dtype)}; expected one of {', '.join(ITEMSIZE)}")
         if layout not in LAYOUTS:
-            raise ValueError(f"unknown conv2d layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+            raise ValueError(f"unknown conv2d layout {brief(layout)}; expected one of {', '.join(LAYOUTS)}")
+        p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+        for name, elements in (("x", n * c * h * w), ("w", k * c * r * s), ("y", n * k * p * q)):
+            if elements * ITEMSIZE[dtype] > MAX_TENSOR_BYTES:
+                raise ValueError(
+                    f"{name} would hold {elements:.3g} {dtype} elements, more than 2**63 bytes: the conv2d kernels "
+                    "index with int coordinates and 64-bit (long long) offsets, whose byte addresses would wrap "
+                    "(templates with int offsets refuse smaller tensors, per configuration)"
+                )
         return ConvProblem(*dims, dtype=dtype, layout=layout)
 
     # --- configuration -> derived values ---------------------------------------------------------

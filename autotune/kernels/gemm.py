@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import brief
 from . import gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma, gemm_wmma
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
@@ -27,6 +28,7 @@ SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "tfloat32": "tf
 LAYOUTS = ("NN", "NT", "TN", "TT")
 MAX_THREADS = 1024
 MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
+MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 MAX_GRID_Y = 65535
 MAX_ACCUMULATORS = 128  # per thread; above this the register file spills on every architecture we target
 
@@ -51,6 +53,14 @@ class GemmProblem:
     def bytes(self) -> int:
         """Fewest bytes a GEMM moves: A and B read once, C written once."""
         return (self.M * self.K + self.K * self.N + self.M * self.N) * ITEMSIZE[self.dtype]
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory tuning this problem holds at its peak, besides a candidate's own scratch
+        (``extra_bytes``, split-K partials): A and B as stored, C twice (the candidate's and the vendor's), and
+        the float64 reference with the float64 copies of A and B it is computed from."""
+        a, b, c = self.M * self.K, self.K * self.N, self.M * self.N
+        return (a + b + 2 * c) * ITEMSIZE[self.dtype] + (a + b + c) * 8
 
     @property
     def storage(self) -> str:
@@ -135,11 +145,18 @@ class GemmFamily:
         else:
             dims = ()
         if len(dims) != 3 or min(dims) < 1:
-            raise ValueError(f"expected {self.shape_help}, got {shape!r}")
+            raise ValueError(f"expected {self.shape_help}, got {brief(shape)}")
         if max(dims) > MAX_DIM:
-            raise ValueError(f"dimensions above {MAX_DIM} are not supported (32-bit indices), got {shape!r}")
+            raise ValueError(f"dimensions above {MAX_DIM} are not supported (32-bit indices), got {brief(shape)}")
         if dtype not in ITEMSIZE:
-            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(ITEMSIZE)}")
+            raise ValueError(f"unknown dtype {brief(dtype)}; expected one of {', '.join(ITEMSIZE)}")
+        m, n, k = dims
+        for name, elements in (("A", m * k), ("B", k * n), ("C", m * n)):
+            if elements * ITEMSIZE[dtype] > MAX_OPERAND_BYTES:
+                raise ValueError(
+                    f"{name} would hold {elements:.3g} {dtype} elements, more than 2**63 bytes: the gemm kernels index "
+                    "with int coordinates and 64-bit (size_t) element offsets, whose byte addresses would wrap"
+                )
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         return GemmProblem(*dims, dtype=dtype, layout=layout)
