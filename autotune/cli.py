@@ -445,13 +445,13 @@ def _is_workload_file(path: str) -> bool:
     whose loader then says what is wrong."""
     import yaml
 
+    from .safe_yaml import load_yaml
     from .workload import is_workload
 
     try:
         with open(path, encoding="utf-8") as f:
-            head = f.read(1 << 20)
-        return is_workload(yaml.safe_load(head))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return is_workload(load_yaml(f.read(1 << 20)))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # the spec loader says what is wrong
         return False
 
 
@@ -474,6 +474,9 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     minutes = args.minutes if args.minutes is not None else spec.budget.minutes
     outcomes, stored = [], {}
     session = TuningSession(_run_options(args), gpu)
+    too_big = [r for r in map(session.fit_problem, problems) if r]
+    if too_big:
+        raise AutotuneError(f"{spec.path}: {too_big[0]}")
     out_path = session.tuned_path(spec.kernel)  # a corrupt results file or a bad storage URL: before any GPU work
     session.storage(spec)
     with session:

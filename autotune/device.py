@@ -21,6 +21,7 @@ class GPUInfo:
     l2_bytes: int
     driver: str
     runtime: str
+    memory_bytes: int = 0  # global memory; 0 when unknown
 
     @property
     def key(self) -> str:
@@ -91,4 +92,5 @@ def current_gpu(device: int | None = None) -> GPUInfo:
         l2_bytes=attrs.get("L2CacheSize", 0),
         driver=_version(cp.cuda.runtime.driverGetVersion()),
         runtime=_version(cp.cuda.runtime.runtimeGetVersion()),
+        memory_bytes=int(props.get("totalGlobalMem", 0)),
     )

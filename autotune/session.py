@@ -83,6 +83,15 @@ class TuningSession:
     def __exit__(self, *exc: Any) -> None:
         self._stack.close()
 
+    def fit_problem(self, problem: Any) -> str | None:
+        """Why ``problem`` cannot be tuned on this GPU (its inputs, outputs and float64 reference exceed the
+        GPU's memory), or None."""
+        need, have = getattr(problem, "device_bytes", 0), getattr(self.gpu, "memory_bytes", 0)
+        if have and need > have:
+            return (f"{problem.label} {problem.dtype} needs {need / 2**30:.1f} GiB on the GPU (inputs, outputs and "
+                    f"the float64 reference); {self.gpu.name} has {have / 2**30:.1f} GiB")  # fmt: skip
+        return None
+
     def storage_url(self, spec: Any) -> str:
         from .search import default_storage
 

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from .errors import AutotuneError, SpecError
+from .safe_yaml import load_yaml
 from .workload import SliceResult, Task, TaskState, Workload, final_rows, nearest_entries, schedule, warm_starts
 
 # (kernel, dtype) -> spec files whose space tunes it, tried in order; a file is taken for a problem when it
@@ -81,8 +82,8 @@ def task_spec(path: Path, workload: Workload, task: Task, stored: dict[str, Any]
     from .spec import parse_spec
 
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SpecError(str(path), "", f"cannot be read as a spec ({type(exc).__name__})") from None
     if not isinstance(raw, dict):
         raise SpecError(str(path), "", "is not a spec")
@@ -144,6 +145,11 @@ def run_workload(workload: Workload, minutes: float, session: Any, slice_minutes
         return read(session.tuned_path(kernel)).get("entries", {})
 
     p = plan(workload, stored)
+    for task in list(p.specs):
+        reason = session.fit_problem(task.problem) if hasattr(session, "fit_problem") else None
+        if reason:
+            p.specs.pop(task)
+            p.skipped[task] = reason
     for task, reason in p.skipped.items():
         print(f"autotune: {task.name}: not tuned, served by the vendor ({reason})", file=sys.stderr)
     tasks = [t for t in workload.tasks if t in p.specs]

@@ -29,6 +29,7 @@ import yaml
 
 from .errors import SpecError
 from .kernels import FAMILIES
+from .safe_yaml import YamlRefused, load_yaml
 
 TOP_KEYS = {"workload", "problems", "spaces", "gpu", "recorded", "versions"}
 PROBLEM_KEYS = {"kernel", "dtype", "layout", "shape", "calls", "time_share", "ms_per_call", "label"}
@@ -74,11 +75,13 @@ def load_workload(path: str | Path) -> Workload:
     """Read and validate a workload file; every problem is reported as one SpecError naming the key."""
     p = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(Path(path).read_text())
     except FileNotFoundError:
         raise SpecError(p, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(p, "", f"cannot be read ({type(exc).__name__})") from None
+    except YamlRefused as exc:
+        raise SpecError(p, exc.key, exc.problem) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""

@@ -232,3 +232,16 @@ def test_no_traceback_from_the_installed_entry_point(tmp_path):
         [sys.executable, "-m", "autotune", "report", "mongodb://h/db"], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unknown storage scheme" in out.stderr
+
+
+def test_a_problem_larger_than_the_gpus_memory_is_one_sentence_before_tuning(tmp_path, monkeypatch, capsys):
+    class SmallGPU(_FakeGPU):
+        memory_bytes = 1 << 30
+
+    monkeypatch.setattr(cli, "_current_gpu", lambda hint: SmallGPU())
+    monkeypatch.setattr("autotune.compiler.require_nvrtc", lambda: None)
+    spec = tmp_path / "naive.yaml"
+    spec.write_text(NAIVE_SPEC.replace('shapes: [[64, 64, 64], "96x80x72"]', "shapes: [[16384, 16384, 16384]]"))
+    assert cli.main(["run", str(spec), "--tuned-dir", str(tmp_path / "tuned")]) == 2
+    line = _one_error_line(capsys)
+    assert "16384x16384x16384 float32 needs" in line and "Fake GPU has 1.0 GiB" in line

@@ -47,7 +47,6 @@ def problem(label):
     return GEMM.problem(label, "float32")
 
 
-
 @pytest.fixture(autouse=True)
 def _not_capturing(monkeypatch):
     """No GPU here: CuPy cannot tell whether a stream captures, which the runtime reads as capturing."""
