@@ -42,6 +42,9 @@ CH = 8  # elements per 16-byte chunk
 MAX_ACCUMULATORS = 128  # floats per thread
 MAX_STAGES = 5
 PACK_THREADS = 256
+# The limits a pack step's grid is planned for; grid.y is 65535 on every architecture the table knows, so the
+# launch (and the stored winners' launches) do not depend on the device. Tests shrink it to make the kernel loop.
+LAUNCH_LIMITS = SM90
 
 
 def _swizzles(cols: int) -> bool:
@@ -130,10 +133,10 @@ def extra_bytes(problem: Any) -> int:
     return sum(rows * packed_ld(cols) * ES for _, rows, cols in packed(problem))
 
 
-def pack_step(rows: int, cols: int, kernel_name: str, limits: DeviceLimits = SM90) -> Step:
+def pack_step(rows: int, cols: int, kernel_name: str, limits: DeviceLimits | None = None) -> Step:
     """The pack kernel's launch for one operand: a thread per 16-byte chunk of a packed row (grid.x), a block
     row per matrix row (grid.y, which loops over the rows beyond the grid's y limit)."""
-    grid = (-(-packed_ld(cols) // CH // PACK_THREADS), min(rows, limits.max_grid_y), 1)
+    grid = (-(-packed_ld(cols) // CH // PACK_THREADS), min(rows, (limits or LAUNCH_LIMITS).max_grid_y), 1)
     return Step(kernel_name + "_pack", grid, (PACK_THREADS, 1, 1), 0)
 
 
@@ -141,10 +144,9 @@ def _grid(params: Params, problem: Any) -> tuple[int, int, int]:
     return -(-problem.N // params["BN"]), -(-problem.M // params["BM"]), 1
 
 
-def launch(params: Params, problem: Any, kernel_name: str = "", limits: DeviceLimits = SM90) -> Launch:
+def launch(params: Params, problem: Any, kernel_name: str = "", limits: DeviceLimits | None = None) -> Launch:
     """The GEMM's launch, after a pack step per misaligned operand (``kernel_name``: the GEMM's, which the pack
-    kernel's name extends; required when there is one). The launch does not depend on the device: every
-    architecture has the same grid limits (``limits`` is there for tests of the pack kernel's row loop)."""
+    kernel's name extends; required when there is one); ``limits``: LAUNCH_LIMITS by default."""
     d = derived(params, {"LAYOUT": problem.layout})
     ops = packed(problem)
     if ops and not kernel_name:
