@@ -160,3 +160,12 @@ def test_every_template_implements_the_base_and_sits_in_its_own_module():
     assert len(modules) == sum(len(f.implementations()) for f in FAMILIES.values())
     assert set(FAMILIES["gemm"].templates) == {"naive", "simt", "wmma", "mma", "skinny", "skinny_tc", "skinny_wgmma",
                                                "auto"}  # fmt: skip
+
+
+def test_templates_say_which_architectures_they_need():
+    gemm = FAMILIES["gemm"]
+    wgmma, mma = gemm.template("skinny_wgmma"), gemm.template("mma")
+    assert wgmma.arch == "sm_90a" and wgmma.arch_reason("sm_90") is None and wgmma.arch_reason("sm_90a") is None
+    assert wgmma.arch_reason("sm_80") == wgmma.arch_note and "sm_90a" in wgmma.arch_note
+    assert all(mma.arch_reason(a) is None for a in ARCH_LIMITS)
+    assert "not an architecture name" in mma.arch_reason("hopper")

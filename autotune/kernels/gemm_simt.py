@@ -10,7 +10,7 @@ Every check here is mirrored by a ``static_assert`` in the template.
 Example::
 
     >>> TEMPLATE.derived(dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True))
-    {'THREADS': 256, 'WMITER': 2, 'SHARED_BYTES': 17408}
+    {'THREADS': 256, 'WMITER': 1, 'SHARED_BYTES': 16896}
 """
 
 from __future__ import annotations

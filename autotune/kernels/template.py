@@ -14,6 +14,7 @@ Device limits are never constants of a template: ``check`` and ``check_problem``
 from __future__ import annotations
 
 import abc
+import re
 from typing import Any, ClassVar
 
 from ..limits import DeviceLimits
@@ -65,6 +66,21 @@ class Template(abc.ABC):
         return TemplateInfo(self.name, self.params, self.dtypes, self.description,
                             optional=tuple(k for k, _ in self.defaults), kinds=self.kinds, layouts=self.layouts,
                             defaults=self.defaults)  # fmt: skip
+
+    def arch_reason(self, arch: str) -> str | None:
+        """Why this template cannot be compiled for ``arch`` ("sm_80" ... "sm_90a"), or None.
+
+        Returns:
+            None when ``arch`` has what the template needs (a later architecture for a plain ``arch``, the same
+            one for an arch-specific "a" feature set such as sm_90a's wgmma), else ``arch_note`` (or a sentence
+            naming both architectures).
+        """
+        digits = re.fullmatch(r"sm_(\d+)a?", arch.strip())
+        if digits is None:
+            return f"{arch!r} is not an architecture name like sm_90"
+        have, need = int(digits.group(1)), int(self.arch[3:].rstrip("a"))
+        ok = have == need if self.arch.endswith("a") else have >= need
+        return None if ok else (self.arch_note or f"{self.name} needs {self.arch} or newer, not {arch}")
 
     # --- configuration -> derived values ------------------------------------------------------------------
 
