@@ -6,6 +6,7 @@ pack kernel that copies misaligned operands into padded buffers included."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import numpy as np
@@ -91,7 +92,7 @@ def test_the_4095x4097x4093_packs_move_what_the_readme_promises():
     assert GEMM.extra_bytes("mma", P, p) == (4095 * 4096 + 4093 * 4104) * 2  # 67 MB written, the same read
     assert GEMM.extra_bytes("wmma", {}, p) == 0 and GEMM.extra_bytes("mma", P, GEMM.problem("64x64x64", "float16")) == 0
     tall = GEMM.problem([2**17, 8, 9], "float16")  # more rows than grid.y takes: the pack kernel loops over them
-    assert GEMM.launch("mma", P, tall).before[0].grid == (1, mm.MAX_GRID_Y, 1)
+    assert GEMM.launch("mma", P, tall).before[0].grid == (1, mm.LAUNCH_LIMITS.max_grid_y, 1)
     wide = GEMM.problem([8, 8, 2**20 - 1], "float16")
     assert GEMM.launch("mma", P, wide).before[0].grid == (2**17 // mm.PACK_THREADS, 8, 1)
     with pytest.raises(ValueError, match="needs the kernel name"):
@@ -382,7 +383,8 @@ def test_emulated_kernel_with_one_packed_operand(tmp_path, layout, monkeypatch):
     shape = (40, 45, 32) if layout == "NN" else (37, 48, 32)  # NN: only B (ldb = N); TT: only A (lda = M)
     problem = GEMM.problem(list(shape), "float16", layout)
     assert [name for name, _, _ in mm.packed(problem)] == (["B"] if layout == "NN" else ["A"])
-    monkeypatch.setattr(mm, "MAX_GRID_Y", 5)  # the pack kernel's blocks each take several rows
+    few_rows = dataclasses.replace(mm.LAUNCH_LIMITS, max_grid=(2**31 - 1, 5, 65535))
+    monkeypatch.setattr(mm, "LAUNCH_LIMITS", few_rows)  # the pack kernel's blocks each take several rows
     assert GEMM.launch("mma", SMALL, problem).before[0].grid[1] == 5
     err, _, _ = emulate(tmp_path, SMALL, "float16", layout, shape, 1.5, 0.5)
     assert err < TOL["float16"], f"relative error {err:.2e}"

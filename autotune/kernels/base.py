@@ -1,8 +1,9 @@
-"""What every kernel family provides to the rest of the flow."""
+"""The records every kernel family shares: a template's declaration (``TemplateInfo``), launches (``Launch``,
+``Step``) and the problem protocol. The dispatch itself is ``family.TemplateFamily``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,46 +102,3 @@ class Problem(Protocol):
 
     @property
     def bytes(self) -> int: ...
-
-
-class Family(Protocol):
-    """A kernel family (GEMM, convolution). GPU-touching methods import CuPy lazily."""
-
-    name: str
-    templates: Mapping[str, TemplateInfo]
-    shape_help: str
-
-    def problem(self, shape: Any, dtype: str, layout: str = ...) -> Problem: ...
-
-    def resolve(self, template: str, params: Params) -> str: ...
-
-    def derived(self, template: str, params: Params, problem: Any = None) -> dict[str, Any]: ...
-
-    def context(self, template: str, params: Params, problem: Any) -> dict[str, Any]: ...
-
-    def check(self, template: str, params: Params) -> str | None: ...
-
-    def kernel_name(self, template: str, params: Params, problem: Any = None) -> str: ...
-
-    def default_config(self, dtype: str, layout: str = ...) -> tuple[str, dict[str, Any]]: ...
-
-    def launch(self, template: str, params: Params, problem: Any) -> Launch: ...
-
-    def check_problem(self, template: str, params: Params, problem: Any) -> str | None: ...
-
-    def scratch(self, template: str, params: Params, problem: Any) -> tuple[int, int] | None: ...
-
-    def make_inputs(self, problem: Any, seed: int) -> Any: ...
-
-    def reference(self, problem: Any, inputs: Any) -> Any: ...
-
-    def new_output(self, problem: Any) -> Any: ...
-
-    def decode(self, problem: Any, out: Any) -> Any: ...
-
-    def new_scratch(self, template: str, params: Params, problem: Any) -> tuple[Any, ...]: ...
-
-    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float = ..., beta: float = ...,
-                    scratch: tuple[Any, ...] = ...) -> tuple[Any, ...]: ...  # fmt: skip
-
-    def vendor(self, problem: Any, inputs: Any) -> tuple[str, Callable[[], Any]] | None: ...

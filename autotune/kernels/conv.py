@@ -1,19 +1,11 @@
-"""Forward 2-D convolution (groups 1, dilation 1, zero padding), fp32 accumulation.
+"""Forward 2-D convolution (groups 1, dilation 1, zero padding), fp32 accumulation (the problem: conv_problem.py).
 
     y[n, k, p, q] = sum_{c, r, s} x[n, c, p*stride + r - pad, q*stride + s - pad] * w[k, c, r, s]
 
-Layouts: "NCHW" (x: N,C,H,W; w: K,C,R,S; y: N,K,P,Q) and "NHWC" (x: N,H,W,C; w: K,R,S,C; y: N,P,Q,K).
-Dtypes: float32, and float16 (half inputs and output, fp32 accumulation).
-
-The "direct" template (templates/conv/direct.cu.j2) computes a TP x TQ x KB output tile per block; a
-thread owns QT outputs along Q (strided by TQ/QT, so neighbouring threads read neighbouring columns) and KT
-output channels. Each step stages CB input channels: the input halo and the filter, both as float in
-shared memory. Filter size, stride and padding are kernel arguments, not template constants: one source
-serves every shape of a dtype and layout, and only the shared-memory size (computed here, guarded in the
-kernel) depends on the shape.
-
-The "winograd" template (templates/conv/winograd.cu.j2, described by conv_winograd.py) computes 3x3 stride-1
-convolutions as Winograd F(2x2, 3x3) in one fused kernel; check_problem refuses other filters and strides.
+Each template is its own module (conv_direct.py, conv_implicit_simt.py, conv_implicit_wmma.py,
+conv_implicit_mma.py, conv_winograd.py, conv_im2col.py), a ``Template`` listed once in ``REGISTRY`` below; the
+family's dispatch (``TemplateFamily``) resolves "auto" and hands each question to the template. The family keeps
+the problem type, the inputs, the float64 reference and the vendor baseline (cuDNN through torch).
 
 Example::
 
@@ -24,107 +16,28 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import brief
-from . import conv_im2col, conv_implicit, conv_implicit_mma, conv_winograd
-from .base import Launch, Params, TemplateInfo, auto_info, check_auto
+from . import conv_direct, conv_im2col, conv_implicit_mma, conv_implicit_simt, conv_implicit_wmma, conv_winograd
+from .conv_problem import CTYPE, FIELDS, ITEMSIZE, LABEL, LAYOUTS, SHORT, ConvProblem, conv_args
+from .conv_problem import variant as variant
+from .family import TemplateFamily
 
-ITEMSIZE = {"float32": 4, "float16": 2}
-CTYPE = {"float32": "float", "float16": "__half"}
-SHORT = {"float32": "f32", "float16": "f16"}
-LAYOUTS = ("NCHW", "NHWC")
-FIELDS = ("N", "C", "H", "W", "K", "R", "S", "stride", "pad")
-LABEL = re.compile(r"n(\d+)c(\d+)h(\d+)w(\d+)k(\d+)r(\d+)s(\d+)u(\d+)p(\d+)")
+__all__ = ["CONV", "CTYPE", "FIELDS", "ITEMSIZE", "LABEL", "LAYOUTS", "SHORT", "ConvFamily", "ConvProblem", "variant"]
+
 MAX_DIM = 2**31 - 1 - 4096  # coordinates are ints in the kernel (offsets are 64-bit)
 MAX_TENSOR_BYTES = 2**63 - 1  # element offsets are 64-bit (long long): a tensor's byte offsets must not wrap
-MAX_THREADS = 1024
-MAX_ACCUMULATORS = 64  # QT * KT floats per thread
-MAX_SHARED = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
-MAX_GRID_X = 2**31 - 1
-MAX_GRID_YZ = 65535
-FILTER_PAD = 4  # floats after each KB-wide filter row: keeps 16-byte rows, shifts banks between rows
-
-DIRECT_PARAMS = ("TP", "TQ", "KB", "QT", "KT", "CB", "PAD")
-# Templates described by their own module (PARAMS, DTYPES, LAYOUTS, KINDS, DESCRIPTION, alignment, derived,
-# check, check_problem, launch); "direct" is described here.
-MODULES: dict[str, Any] = {**conv_implicit.TEMPLATES, "implicit_mma": conv_implicit_mma, "winograd": conv_winograd,
-                           "im2col_gemm": conv_im2col}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ConvProblem:
-    N: int
-    C: int
-    H: int
-    W: int
-    K: int
-    R: int
-    S: int
-    stride: int
-    pad: int
-    dtype: str
-    layout: str = "NCHW"
-
-    @property
-    def P(self) -> int:
-        return (self.H + 2 * self.pad - self.R) // self.stride + 1
-
-    @property
-    def Q(self) -> int:
-        return (self.W + 2 * self.pad - self.S) // self.stride + 1
-
-    @property
-    def label(self) -> str:
-        """e.g. "n32c64h56w56k64r3s3u1p1" (u: stride, p: pad); ``CONV.problem(label, ...)`` parses it back."""
-        return "".join(f"{t}{v}" for t, v in zip("nchwkrsup", self.dims, strict=True))
-
-    @property
-    def dims(self) -> tuple[int, ...]:
-        return (self.N, self.C, self.H, self.W, self.K, self.R, self.S, self.stride, self.pad)
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.N * self.K * self.P * self.Q * self.C * self.R * self.S
-
-    @property
-    def bytes(self) -> int:
-        """Fewest bytes a convolution moves: x and w read once, y written once."""
-        elems = (
-            self.N * self.C * self.H * self.W + self.K * self.C * self.R * self.S + self.N * self.K * self.P * self.Q
-        )
-        return elems * ITEMSIZE[self.dtype]
-
-    @property
-    def device_bytes(self) -> int:
-        """Device memory tuning this problem holds at its peak, besides a candidate's own scratch
-        (``extra_bytes``): x and w as stored, y twice (the candidate's and the vendor's), and the float64
-        reference: float64 copies of x (also padded) and w, and y with one filter tap's product beside it."""
-        x, w = self.N * self.C * self.H * self.W, self.K * self.C * self.R * self.S
-        y, padded = (
-            self.N * self.K * self.P * self.Q,
-            self.N * self.C * (self.H + 2 * self.pad) * (self.W + 2 * self.pad),
-        )
-        return (x + w + 2 * y) * ITEMSIZE[self.dtype] + (x + padded + w + 2 * y) * 8
-
-    @property
-    def storage(self) -> str:
-        return self.dtype
-
-
-def variant(dtype: str, layout: str) -> dict[str, Any]:
-    """The render-context keys a source depends on besides the parameters (never the shape)."""
-    return {"DTYPE": dtype, "T": CTYPE[dtype], "ES": ITEMSIZE[dtype], "LAYOUT": layout}
+# Every conv2d template, in the order "auto" offers them.
+REGISTRY = (conv_direct, conv_implicit_simt, conv_implicit_wmma, conv_implicit_mma, conv_winograd, conv_im2col)
 
 
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-class ConvFamily:
+class ConvFamily(TemplateFamily):
     name = "conv2d"
     template_dir = "conv"  # templates/conv/
     shape_help = (
@@ -132,30 +45,13 @@ class ConvFamily:
         "a label such as 'n32c64h56w56k64r3s3u1p1' or a list [N, C, H, W, K, R, S, stride, pad]"
     )
     layouts = LAYOUTS
-    templates = {
-        "direct": TemplateInfo(
-            "direct",
-            DIRECT_PARAMS,
-            ("float32", "float16"),
-            "direct convolution: TP x TQ x KB output tile per block, input halo and filter staged in shared memory",
-            kinds=(("PAD", "int>=0"),),
-        ),
-        **{
-            n: TemplateInfo(
-                n,
-                m.PARAMS,
-                m.DTYPES,
-                m.DESCRIPTION,
-                kinds=m.KINDS,
-                layouts=m.LAYOUTS,
-                optional=tuple(k for k, _ in getattr(m, "DEFAULTS", ())),
-                defaults=getattr(m, "DEFAULTS", ()),
-            )
-            for n, m in MODULES.items()
-        },
-    }
-    # TEMPLATE chooses among every template above (and any registered later in this dict literal).
-    templates["auto"] = auto_info(templates, LAYOUTS)
+    c_abi_note = (
+        "conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y, int N, "
+        "int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q)."
+    )
+
+    def __init__(self) -> None:
+        super().__init__([m.TEMPLATE for m in REGISTRY], LAYOUTS)
 
     def problem(self, shape: Any, dtype: str, layout: str = "NCHW") -> ConvProblem:
         if isinstance(shape, str):
@@ -206,90 +102,9 @@ class ConvFamily:
 
     # --- configuration -> derived values ---------------------------------------------------------
 
-    def resolve(self, template: str, params: Params) -> str:
-        """The concrete template a configuration renders: "auto" defers to its TEMPLATE parameter."""
-        return str(params.get("TEMPLATE", "")) if template == "auto" else template
-
     def variant(self, template: str, problem: ConvProblem) -> dict[str, Any]:
         """The render-context keys besides the parameters: dtype, layout and (implicit GEMM) alignment."""
-        v = variant(problem.dtype, problem.layout)
-        if template in MODULES:
-            v.update(MODULES[template].alignment(problem))
-        return v
-
-    def derived(self, template: str, params: Params, problem: ConvProblem | None = None) -> dict[str, Any]:
-        """Thread layout of a configuration; with a problem also its halo tile and shared memory."""
-        template = self.resolve(template, params)
-        p = params
-        if template in MODULES:
-            return MODULES[template].derived(p, self.variant(template, problem) if problem is not None else None)
-        tqg, kg = p["TQ"] // p["QT"], p["KB"] // p["KT"]
-        d = {"TQG": tqg, "KG": kg, "THREADS": p["TP"] * tqg * kg, "KBS": p["KB"] + FILTER_PAD}
-        if problem is not None:
-            ht = (p["TP"] - 1) * problem.stride + problem.R  # input rows of TP output rows
-            wt = (p["TQ"] - 1) * problem.stride + problem.S
-            ws = wt + p["PAD"]
-            floats = p["CB"] * problem.R * problem.S * d["KBS"] + p["CB"] * ht * ws
-            d.update(HT=ht, WT=wt, WS=ws, SHARED_BYTES=4 * floats)
-        return d
-
-    def context(self, template: str, params: Params, problem: ConvProblem) -> dict[str, Any]:
-        """Derived values that do not depend on the shape, and the dtype/layout variant."""
-        template = self.resolve(template, params)
-        if template in MODULES:
-            v = self.variant(template, problem)
-            if hasattr(MODULES[template], "context"):  # im2col_gemm: the included GEMM's context
-                return MODULES[template].context(params, v)
-            return {**MODULES[template].derived(params, v), **v}
-        return {**self.derived(template, params), **variant(problem.dtype, problem.layout)}
-
-    def check(self, template: str, params: Params) -> str | None:
-        """Why this configuration cannot be built, or None. Each reason is a static_assert message."""
-        if template not in self.templates:
-            return f"unknown conv2d template {template!r}; expected one of {', '.join(self.templates)}"
-        if template == "auto":
-            reason = check_auto(self.templates, params)
-            if reason:
-                return reason
-            template = self.resolve(template, params)
-        if template in MODULES:
-            return MODULES[template].check(params)
-        p = params
-        if p["TQ"] % p["QT"]:
-            return "QT must divide TQ"
-        if p["KB"] % p["KT"]:
-            return "KT must divide KB"
-        threads = self.derived(template, p)["THREADS"]
-        if threads % 32 or threads > MAX_THREADS:
-            return f"TP*(TQ/QT)*(KB/KT) threads must be a whole number of warps, at most {MAX_THREADS}"
-        if p["QT"] * p["KT"] > MAX_ACCUMULATORS:
-            return f"at most {MAX_ACCUMULATORS} accumulators per thread (QT*KT)"
-        return None
-
-    def check_problem(self, template: str, params: Params, problem: ConvProblem) -> str | None:
-        """Why this configuration cannot compute this problem (dtype, layout, shared memory, grid), or None."""
-        template = self.resolve(template, params)
-        if template in MODULES:
-            return MODULES[template].check_problem(params, problem)
-        info = self.templates[template]
-        if problem.dtype not in info.dtypes:
-            return f"{template} computes {', '.join(info.dtypes)}, not {problem.dtype}"
-        if problem.layout not in LAYOUTS:
-            return f"{template} computes layouts {', '.join(LAYOUTS)}, not {problem.layout}"
-        smem = self.derived(template, params, problem)["SHARED_BYTES"]
-        if smem > MAX_SHARED:
-            return (
-                f"needs {smem} bytes of shared memory for a {problem.R}x{problem.S} stride-{problem.stride} filter, "
-                f"more than {MAX_SHARED}; use a smaller CB, KB or TP x TQ"
-            )
-        gx, gy, gz = self.launch(template, params, problem).grid
-        if gx > MAX_GRID_X:
-            return f"needs {gx} spatial tiles, more than grid.x allows; use a larger TP x TQ"
-        if gy > MAX_GRID_YZ:
-            return f"needs {gy} channel blocks, more than the {MAX_GRID_YZ} grid.y allows; use a larger KB"
-        if gz > MAX_GRID_YZ:
-            return f"batch N = {gz} is more than the {MAX_GRID_YZ} grid.z allows"
-        return None
+        return self.template(template).variant_of(problem)
 
     def default_config(self, dtype: str, layout: str = "NCHW") -> tuple[str, dict[str, Any]]:
         """The runtime's last resort (256 threads, 32 accumulators; 3x3 filters need 26 KB of shared memory)."""
@@ -297,48 +112,11 @@ class ConvFamily:
             raise ValueError(f"no conv2d template computes {dtype} {layout}")
         return "direct", dict(TP=8, TQ=16, KB=64, QT=4, KT=8, CB=8, PAD=1)
 
-    def kernel_name(self, template: str, params: Params, problem: ConvProblem | None = None) -> str:
-        template = self.resolve(template, params)
-        info = self.templates[template]
-        parts = [f"{k.lower()}{params[k]}" for k in info.named_params(params)]
-        tag = [SHORT[problem.dtype], problem.layout.lower()] if problem is not None else []
-        if problem is not None and template in MODULES:  # the alignment variant changes the source
-            a = MODULES[template].alignment(problem)
-            unaligned = ("a" if problem.layout == "NHWC" and not a.get("ALIGN_A", True) else "") + (
-                "" if a.get("ALIGN_B", True) else "b"
-            )
-            tag += [f"u{unaligned}"] if unaligned else []
-        return "_".join([self.name, template, *tag, *parts])
-
-    def launch(self, template: str, params: Params, problem: ConvProblem) -> Launch:
-        """direct: grid (spatial tiles, channel blocks, images), one thread per (TQ/QT, TP, KB/KT) slot;
-        implicit GEMM: grid (blocks of output pixels, blocks of output channels; implicit_mma: SPLIT_K slices
-        of the reduction in z); winograd: (blocks of output 2x2 tiles, blocks of output channels)."""
-        template = self.resolve(template, params)
-        if template == "im2col_gemm":  # two launches: the im2col step is named after the candidate's kernel
-            return conv_im2col.launch(params, problem, self.kernel_name(template, params, problem))
-        if template in MODULES:
-            return MODULES[template].launch(params, problem)
-        d = self.derived(template, params, problem)
-        tiles = -(-problem.P // params["TP"]) * -(-problem.Q // params["TQ"])
-        grid = (tiles, -(-problem.K // params["KB"]), problem.N)
-        return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
-
-    def scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[int, int] | None:
-        """The scratch a launch takes, from the template module's ``scratch`` when it has one: im2col_gemm's
-        (elements of the unrolled matrix, 0), split-K implicit_mma's (floats of the partial tiles, counters);
-        None when the kernel takes no scratch."""
-        scratch = getattr(MODULES.get(self.resolve(template, params)), "scratch", None)
-        return scratch(params, problem) if scratch is not None else None
-
-    def extra_bytes(self, template: str, params: Params, problem: ConvProblem) -> int:
-        """Device memory a candidate needs besides x, w and y: im2col_gemm's unrolled matrix, split-K partial
-        tiles and counters, else 0."""
-        template = self.resolve(template, params)
-        if template == "im2col_gemm":
-            return conv_im2col.extra_bytes(problem)
-        need = self.scratch(template, params, problem)
-        return 4 * (need[0] + need[1]) if need is not None else 0
+    def plain_args(self, problem: ConvProblem, inputs: tuple[Any, Any], out: Any, alpha: float, beta: float,
+                   scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        """x, w, y and the nine shape integers plus P and Q, then the scratch buffers (split-K's partial,
+        counters) if any. y is overwritten: alpha must be 1 and beta 0."""
+        return conv_args(problem, inputs, out, alpha, beta, scratch)
 
     # --- GPU side: inputs, reference, vendor baseline ---------------------------------------------
 
@@ -384,51 +162,6 @@ class ConvFamily:
         import cupy as cp
 
         return cp.empty(self.shapes(problem)[2], dtype=problem.storage)
-
-    def new_scratch(self, template: str, params: Params, problem: ConvProblem) -> tuple[Any, ...]:
-        """im2col_gemm: an ``Im2colScratch`` (the unrolled matrix, the GEMM's scratch); a template with split-K
-        scratch: zeroed (float32 partials, uint32 counters); () for a kernel that takes none."""
-        if self.resolve(template, params) == "im2col_gemm":
-            return conv_im2col.new_scratch(params, problem)
-        need = self.scratch(template, params, problem)
-        if need is None:
-            return ()
-        import cupy as cp
-
-        floats, counters = need
-        return cp.zeros(max(floats, 1), dtype=cp.float32), cp.zeros(max(counters, 1), dtype=cp.uint32)
-
-    def before_args(
-        self, template: str, params: Params, problem: ConvProblem, inputs: tuple[Any, Any], scratch: tuple[Any, ...]
-    ) -> tuple[tuple[Any, ...], ...]:  # fmt: skip
-        """Arguments of each step of ``launch(...).before``: im2col_gemm's im2col kernel takes (x, col) and the
-        nine shape integers plus P and Q."""
-        import numpy as np
-
-        if self.resolve(template, params) != "im2col_gemm":
-            return ()
-        return ((inputs[0], scratch[0], *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q))),)
-
-    def kernel_args(
-        self, problem: ConvProblem, inputs: tuple[Any, Any], out: Any, alpha: float = 1.0, beta: float = 0.0,
-        scratch: tuple[Any, ...] = (),
-    ) -> tuple[Any, ...]:  # fmt: skip
-        """x, w, y and the nine shape integers plus P and Q, then the scratch buffers (``new_scratch``) if any:
-        split-K implicit_mma's (partial, counters). y is overwritten: alpha must be 1 and beta 0.
-
-        For im2col_gemm's scratch (an ``Im2colScratch``: the unrolled matrix, then the GEMM's own buffers), the
-        GEMM's arguments instead: A = the unrolled matrix, B = w, C = y, M = N*P*Q, N = K, K = R*S*C, alpha 1,
-        beta 0, then the GEMM's buffers."""
-        import numpy as np
-
-        if alpha != 1.0 or beta != 0.0:
-            raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
-        x, w = inputs
-        if isinstance(scratch, conv_im2col.Im2colScratch):
-            p = problem
-            mnk = (np.int32(p.N * p.P * p.Q), np.int32(p.K), np.int32(p.R * p.S * p.C))
-            return (scratch.col, w, out, *mnk, np.float32(1.0), np.float32(0.0), *scratch.gemm)
-        return (x, w, out, *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q)), *scratch)
 
     def vendor(self, problem: ConvProblem, inputs: tuple[Any, Any]) -> tuple[str, Callable[[], Any]] | None:
         """cuDNN through torch (benchmark mode, no TF32 for float32), on the same arrays; None without torch."""

@@ -29,8 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from . import gemm_mma
 from .base import Launch, Params, Step
+from .conv_problem import ITEMSIZE, ConvTemplate, require_plain
+from .gemm import GEMM
 
 PREFIX = "G_"
 GEMMS: dict[str, Any] = {"mma": gemm_mma}  # GEMM choice -> the gemm family's module describing it
@@ -41,7 +44,6 @@ LAYOUTS = ("NHWC",)
 DESCRIPTION = "im2col into a scratch matrix (extra memory M x R*S*C), then the included mma GEMM (layout NT)"
 GEMM_LAYOUT = "NT"  # A = col (M x Kg row-major), B = the filter as stored (K x Kg row-major)
 
-MAX_THREADS = 1024
 MAX_IM2COL_BLOCKS = 1 << 20  # the pre-kernel walks the matrix with a grid-stride loop
 MAX_INDEX = 2**31 - 1
 
@@ -58,16 +60,12 @@ def gemm_params(params: Params) -> dict[str, Any]:
 
 def gemm_problem(problem: Any) -> Any:
     """The GEMM this convolution is: (M, N, K) = (N*P*Q, K, R*S*C), layout NT, the convolution's dtype."""
-    from .gemm import GEMM
-
     p = problem
     return GEMM.problem([p.N * p.P * p.Q, p.K, p.R * p.S * p.C], p.dtype, GEMM_LAYOUT)
 
 
 def _gemm_context(params: Params, dtype: str) -> dict[str, Any]:
     # the context never depends on the shape: any aligned problem of the dtype gives the same variant
-    from .gemm import GEMM
-
     return GEMM.context(params["GEMM"], gemm_params(params), GEMM.problem([8, 8, 8], dtype, GEMM_LAYOUT))
 
 
@@ -85,30 +83,24 @@ def context(params: Params, variant: Mapping[str, Any]) -> dict[str, Any]:
             "IM_THREADS": params["IM_THREADS"]}  # fmt: skip
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Each reason is a static_assert message."""
-    from .gemm import GEMM
-
     if params["GEMM"] not in GEMMS:
         return f"GEMM must be one of {', '.join(GEMMS)}"
     t = params["IM_THREADS"]
-    if t % 32 or t > MAX_THREADS:
-        return f"IM_THREADS must be a whole number of warps, at most {MAX_THREADS}"
-    return GEMM.check(params["GEMM"], gemm_params(params))
+    if t % 32 or t > limits.threads_per_block:
+        return f"IM_THREADS must be a whole number of warps, at most {limits.threads_per_block}"
+    return GEMM.check(params["GEMM"], gemm_params(params), limits)
 
 
 def extra_bytes(problem: Any) -> int:
     """Bytes of the unrolled matrix (M x Kg elements)."""
-    from .conv import ITEMSIZE
-
     p = problem
     return p.N * p.P * p.Q * p.R * p.S * p.C * ITEMSIZE[p.dtype]
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot compute this problem (dtype, layout, 16-byte rows, grid), or None."""
-    from .gemm import GEMM
-
     if problem.layout not in LAYOUTS:
         return "im2col_gemm computes NHWC only: an NCHW output would need a batched GEMM or a transpose"
     if problem.dtype not in DTYPES:
@@ -119,7 +111,7 @@ def check_problem(params: Params, problem: Any) -> str | None:
         return "im2col_gemm needs N*P*Q, R*S*C and K below 2**31 (the GEMM's int sizes)"
     if kg % gemm_mma.CH:  # both GEMM operands' rows are R*S*C long; the included GEMM is the aligned variant
         return f"im2col_gemm's GEMM reads 16-byte rows: R*S*C = {kg} must be a multiple of {gemm_mma.CH}"
-    reason = GEMM.check_problem(params["GEMM"], gemm_params(params), gemm_problem(problem))
+    reason = GEMM.check_problem(params["GEMM"], gemm_params(params), gemm_problem(problem), limits)
     return f"im2col_gemm's GEMM (M={m}, N={p.K}, K={kg}): {reason}" if reason else None
 
 
@@ -133,8 +125,6 @@ def im2col_step(params: Params, problem: Any, kernel_name: str) -> Step:
 
 def launch(params: Params, problem: Any, kernel_name: str) -> Launch:
     """The GEMM's launch, after the im2col step."""
-    from .gemm import GEMM
-
     main = GEMM.launch(params["GEMM"], gemm_params(params), gemm_problem(problem))
     return Launch(main.grid, main.block, main.shared_bytes, before=(im2col_step(params, problem, kernel_name),))
 
@@ -164,8 +154,69 @@ def new_scratch(params: Params, problem: Any) -> Im2colScratch:
     """The unrolled matrix (uninitialised: the im2col step writes every element), then the GEMM's scratch."""
     import cupy as cp
 
-    from .gemm import GEMM
-
     p = problem
     col = cp.empty((p.N * p.P * p.Q, p.R * p.S * p.C), dtype=p.dtype)
     return Im2colScratch((col, *GEMM.new_scratch(params["GEMM"], gemm_params(params), gemm_problem(problem))))
+
+
+class Im2colGemmTemplate(ConvTemplate):
+    name = "im2col_gemm"
+    params = PARAMS
+    kinds = KINDS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem) if problem is not None else None)
+
+    def context(self, params: Params, problem: Any) -> dict[str, Any]:
+        return context(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem, kernel_name)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def extra_bytes(self, params: Params, problem: Any) -> int:
+        return extra_bytes(problem)
+
+    def new_scratch(self, params: Params, problem: Any) -> Im2colScratch:
+        return new_scratch(params, problem)
+
+    def before_args(self, params: Params, problem: Any, inputs: Any, scratch: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The im2col kernel takes (x, col) and the nine shape integers plus P and Q."""
+        import numpy as np
+
+        return ((inputs[0], scratch[0], *(np.int32(v) for v in (*problem.dims, problem.P, problem.Q))),)
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        return isinstance(scratch, Im2colScratch)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        """The GEMM's arguments: A = the unrolled matrix, B = w, C = y, M = N*P*Q, N = K, K = R*S*C, alpha 1,
+        beta 0, then the GEMM's buffers."""
+        import numpy as np
+
+        require_plain(alpha, beta)
+        p, col_scratch = problem, Im2colScratch(scratch)
+        mnk = (np.int32(p.N * p.P * p.Q), np.int32(p.K), np.int32(p.R * p.S * p.C))
+        return (col_scratch.col, inputs[1], out, *mnk, np.float32(1.0), np.float32(0.0), *col_scratch.gemm)
+
+    def c_abi(self) -> str:
+        return (
+            "im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above) with col a "
+            "buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then `kernel_name` as a gemm "
+            "(layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters)."
+        )
+
+
+TEMPLATE = Im2colGemmTemplate()

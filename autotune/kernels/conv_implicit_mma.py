@@ -32,8 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
-from .conv_implicit import _check_problem, _launch
+from .conv_implicit import check_gemm_view, launch_geometry
+from .conv_problem import SPLIT_ABI, ConvTemplate
 
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "SPLIT_K")
 KINDS: tuple[tuple[str, str], ...] = ()
@@ -47,10 +49,8 @@ NAME = "implicit_mma"
 
 ES = 2  # bytes per element
 CH = 8  # elements per 16-byte chunk
-MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # floats per thread
 MAX_STAGES = 5
-MAX_SHARED = 227 * 1024
 MAX_COORD = 2**14  # input row and column coordinates share one register as signed 16-bit halves
 MAX_OFFSET = 2**31 - 1  # element offsets into x are ints
 BKS = (16, 32, 64, 128)  # powers of two: a tile row's chunks XOR-swizzle over whole 128-byte lines
@@ -88,7 +88,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
             "SHARED_BYTES": shared_bytes(p), "SPLIT_K": split_k(p), "MAX_SPLIT_K": MAX_SPLIT_K}  # fmt: skip
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Each reason is a static_assert message."""
     p = params
     if p["WM"] % 16 or p["WN"] % 16 or p["WM"] < 16 or p["WN"] < 16:
@@ -98,23 +98,23 @@ def check(params: Params) -> str | None:
     if p["BK"] not in BKS:
         return "BK must be 16, 32, 64 or 128"
     threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
-    if threads > MAX_THREADS:
-        return f"{threads} threads per block exceeds {MAX_THREADS}"
+    if threads > limits.threads_per_block:
+        return f"{threads} threads per block exceeds {limits.threads_per_block}"
     if p["WM"] * p["WN"] // 32 > MAX_ACCUMULATORS:
         return f"more than {MAX_ACCUMULATORS} accumulators per thread (WM*WN/32)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
-    if shared_bytes(p) > MAX_SHARED:
-        return f"needs {shared_bytes(p)} bytes of shared memory, more than {MAX_SHARED}"
+    if shared_bytes(p) > limits.max_shared_per_block:
+        return f"needs {shared_bytes(p)} bytes of shared memory, more than {limits.max_shared_per_block}"
     sk = p.get("SPLIT_K", 1)
     if not isinstance(sk, int) or isinstance(sk, bool) or not 1 <= sk <= MAX_SPLIT_K:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
     return None
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot compute this problem (dtype, layout, C % 8, indices, grid), or None."""
-    reason = _check_problem(NAME, DTYPES, LAYOUTS, params["BM"], params["BN"], problem)
+    reason = check_gemm_view(NAME, DTYPES, LAYOUTS, params["BM"], params["BN"], problem, limits)
     if reason:
         return reason
     p = problem
@@ -135,7 +135,7 @@ def launch(params: Params, problem: Any) -> Launch:
     """grid (blocks of BM output pixels, blocks of BN output channels, SPLIT_K slices of the reduction);
     pixel blocks are the fast index."""
     d = derived(params)
-    gx, gy, _ = _launch(params["BM"], params["BN"], d["THREADS"], d["SHARED_BYTES"], problem).grid
+    gx, gy, _ = launch_geometry(params["BM"], params["BN"], d["THREADS"], d["SHARED_BYTES"], problem).grid
     return Launch((gx, gy, split_k(params)), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
@@ -149,3 +149,34 @@ def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
     gx, gy, _ = launch(params, problem).grid
     m = problem.N * problem.P * problem.Q
     return sk * m * problem.K, gx * gy
+
+
+class ImplicitMmaTemplate(ConvTemplate):
+    name = NAME
+    params = PARAMS
+    kinds = KINDS
+    defaults = DEFAULTS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params)
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int] | None:
+        return scratch(params, problem)
+
+    def c_abi(self) -> str:
+        return "implicit_mma: the conv2d arguments above; with SPLIT_K > 1 (grid_z) " + SPLIT_ABI
+
+
+TEMPLATE = ImplicitMmaTemplate()

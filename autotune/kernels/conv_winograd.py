@@ -75,7 +75,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
+from .conv_problem import SPLIT_ABI, ConvTemplate
 
 PARAMS = (
     "TILES", "KB", "CB", "KT", "TT", "ET", "SPAD", "PIPE", "MINB", "SPLIT_C", "DEPTH", "UNROLL", "ROUNDS", "CGROUPS",
@@ -92,16 +94,10 @@ KINDS = (
 DTYPES = ("float32", "float16")
 DESCRIPTION = "Winograd F(2x2,3x3), 3x3 stride 1 only: transforms fused, 16 GEMMs of KB x TILES per CB-channel step"
 
-MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # ET * KT * TT floats per thread
 MAX_DEPTH = 8  # raw buffers in the ring (PIPE 1: register sets, PIPE 2: shared buffers)
 MAX_CGROUPS = 8  # thread groups of a block: named barriers 1..CGROUPS (0 is __syncthreads)
 MAX_X_ITEMS = 4  # input tiles a thread transforms per step (their coordinates stay in registers)
-MAX_SHARED = 227 * 1024
-SM_SHARED = 228 * 1024  # shared memory of one SM; each resident block also reserves 1 KiB
-SM_THREADS = 2048
-MAX_GRID_X = 2**31 - 1
-MAX_GRID_Y = 65535
 MAX_IMAGE = 2**31 - 1  # elements of one input image (H*W*C): the kernel's offsets within an image are ints
 # MMA sums all C input channels in the tensor cores' fp32 accumulators, which do not round like FMAs: its error
 # grows with C (on the H200: 5.2e-7 at C = 64, 1.9e-6 at 256, 3.7e-6 at 512, against the 1e-5 tolerance). Larger
@@ -150,7 +146,7 @@ def derived(params: Params, variant: Mapping[str, Any] | None = None) -> dict[st
     }
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Each reason is a static_assert message."""
     p = params
     if p["KT"] % 4 or p["TT"] % 4:
@@ -169,8 +165,8 @@ def check(params: Params) -> str | None:
         return "UPAD must be a non-negative multiple of 4 (16-byte rows)"
     if p["PIPE"] not in (0, 1, 2):
         return "PIPE must be 0, 1 or 2"
-    if not 1 <= split_c(p) <= MAX_GRID_Y:
-        return f"SPLIT_C must be 1 to {MAX_GRID_Y} (grid.z)"
+    if not 1 <= split_c(p) <= limits.max_grid_z:
+        return f"SPLIT_C must be 1 to {limits.max_grid_z} (grid.z)"
     if not 1 <= depth(p) <= MAX_DEPTH:
         return f"DEPTH must be 1 to {MAX_DEPTH}"
     if depth(p) > 1 and p["PIPE"] not in (1, 2):
@@ -199,23 +195,34 @@ def check(params: Params) -> str | None:
         return "MMA needs ROUNDS 1 and CGROUPS 1 (its M goes through shared memory in one round)"
     if mma(p) and (int(p.get("PREFETCH", 0)) or int(p.get("UNROLL", 0))):
         return "MMA needs PREFETCH 0 and UNROLL 0 (they shape the FMA loop it replaces)"
+    return _resource_reason(p, limits)
+
+
+def _resource_reason(p: Params, limits: DeviceLimits) -> str | None:
+    """Why the configuration's threads, accumulators or shared memory do not fit a block or an SM, or None."""
     d = derived(p)
-    if p["MINB"] * cgroups(p) * d["THREADS"] > SM_THREADS:
-        return f"MINB blocks of THREADS threads must fit one SM (at most {SM_THREADS} threads)"
-    if d["THREADS"] % 32 or d["THREADS"] > MAX_THREADS:
-        return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {MAX_THREADS}"
-    if cgroups(p) * d["THREADS"] > MAX_THREADS:
-        return f"CGROUPS groups of THREADS threads must be at most {MAX_THREADS} threads"
+    most = limits.threads_per_block
+    if p["MINB"] * cgroups(p) * d["THREADS"] > limits.threads_per_sm:
+        return f"MINB blocks of THREADS threads must fit one SM (at most {limits.threads_per_sm} threads)"
+    if d["THREADS"] % 32 or d["THREADS"] > most:
+        return f"(16/ET)*(KB/KT)*(TILES/TT) threads must be a whole number of warps, at most {most}"
+    if cgroups(p) * d["THREADS"] > most:
+        return f"CGROUPS groups of THREADS threads must be at most {most} threads"
     if p["ET"] * p["KT"] * p["TT"] > MAX_ACCUMULATORS:
         return f"at most {MAX_ACCUMULATORS} accumulators per thread (ET*KT*TT)"
     if d["X_ITEMS"] > MAX_X_ITEMS:
         return f"at most {MAX_X_ITEMS} input tiles per thread and step (CB*TILES over the threads)"
-    if d["SHARED_BYTES"] > MAX_SHARED:
-        smem = d["SHARED_BYTES"]
-        return f"needs {smem} bytes of shared memory, more than {MAX_SHARED}; use a smaller CB, KB or TILES"
-    if p["MINB"] * (d["SHARED_BYTES"] + 1024) > SM_SHARED:
-        smem, minb = d["SHARED_BYTES"], p["MINB"]
-        return f"MINB blocks need {minb} x ({smem} + 1024) bytes of shared memory, more than an SM's {SM_SHARED}"
+    smem, minb, reserved = d["SHARED_BYTES"], p["MINB"], limits.shared_reserved_per_block
+    if smem > limits.max_shared_per_block:
+        return (
+            f"needs {smem} bytes of shared memory, more than {limits.max_shared_per_block}; use a smaller CB, KB or "
+            "TILES"
+        )
+    if minb * (smem + reserved) > limits.shared_per_sm:
+        return (
+            f"MINB blocks need {minb} x ({smem} + {reserved}) bytes of shared memory, more than an SM's "
+            f"{limits.shared_per_sm}"
+        )
     return None
 
 
@@ -271,7 +278,7 @@ def scratch(params: Params, problem: Any) -> tuple[int, int] | None:
     return split * p.N * p.K * p.P * p.Q, gx * gy
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot compute this problem, or None (3x3 stride 1 only)."""
     if (problem.R, problem.S, problem.stride) != (3, 3, 1):
         return (
@@ -298,8 +305,39 @@ def check_problem(params: Params, problem: Any) -> str | None:
     if wstage(params) and problem.C % 4:
         return f"WSTAGE copies filters in 16-byte chunks of 4 channels: C = {problem.C} is not a multiple of 4"
     gx, gy, _ = launch(params, problem).grid
-    if gx > MAX_GRID_X:
+    if gx > limits.max_grid_x:
         return f"needs {gx} blocks of output tiles, more than grid.x allows; use a larger TILES"
-    if gy > MAX_GRID_Y:
-        return f"needs {gy} channel blocks, more than the {MAX_GRID_Y} grid.y allows; use a larger KB"
+    if gy > limits.max_grid_y:
+        return f"needs {gy} channel blocks, more than the {limits.max_grid_y} grid.y allows; use a larger KB"
     return None
+
+
+class WinogradTemplate(ConvTemplate):
+    name = "winograd"
+    params = PARAMS
+    kinds = KINDS
+    defaults = DEFAULTS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params)
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int] | None:
+        return scratch(params, problem)
+
+    def c_abi(self) -> str:
+        return "winograd: the conv2d arguments above; with SPLIT_C > 1 (grid_z) " + SPLIT_ABI
+
+
+TEMPLATE = WinogradTemplate()

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params, Step
+from .gemm_problem import GemmTemplate
+from .template import LaunchBound
 
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "SWIZZLE", "RASTER")
 KINDS = (("SWIZZLE", "bool"),)
@@ -36,11 +39,12 @@ ALIGNMENT_VARIANT = True  # an operand whose leading dimension is not whole 16-b
 
 ES = 2  # bytes per element of every dtype here
 CH = 8  # elements per 16-byte chunk
-MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # floats per thread
 MAX_STAGES = 5
-MAX_GRID_Y = 65535
 PACK_THREADS = 256
+# The limits a pack step's grid is planned for; grid.y is 65535 on every architecture the table knows, so the
+# launch (and the stored winners' launches) do not depend on the device. Tests shrink it to make the kernel loop.
+LAUNCH_LIMITS = SM90
 
 
 def _swizzles(cols: int) -> bool:
@@ -71,7 +75,7 @@ def derived(params: Params, variant: dict[str, Any]) -> dict[str, Any]:
             "SHARED_BYTES": shared_bytes(params, variant["LAYOUT"]), "PACK_THREADS": PACK_THREADS}  # fmt: skip
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built (for any dtype and layout), or None."""
     p = params
     if p["BM"] % p["WM"] or p["BN"] % p["WN"]:
@@ -81,8 +85,8 @@ def check(params: Params) -> str | None:
     if p["BK"] % 16:
         return "BK must be a multiple of 16"
     threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
-    if threads > MAX_THREADS:
-        return f"{threads} threads per block exceeds {MAX_THREADS}"
+    if threads > limits.threads_per_block:
+        return f"{threads} threads per block exceeds {limits.threads_per_block}"
     if p["WM"] * p["WN"] // 32 > MAX_ACCUMULATORS:
         return f"more than {MAX_ACCUMULATORS} accumulators per thread (WM*WN/32)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
@@ -94,14 +98,14 @@ def check(params: Params) -> str | None:
     return None
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot compute this problem (dtype, grid), or None. Any leading dimension
     works: misaligned operands are packed first."""
     if problem.dtype not in DTYPES:
         return f"mma computes {', '.join(DTYPES)}, not {problem.dtype}"
     grid = _grid(params, problem)
-    if grid[1] > MAX_GRID_Y:
-        return f"needs {grid[1]} row blocks, more than the {MAX_GRID_Y} a grid allows; use a larger BM"
+    if grid[1] > limits.max_grid_y:
+        return f"needs {grid[1]} row blocks, more than the {limits.max_grid_y} a grid allows; use a larger BM"
     return None
 
 
@@ -129,10 +133,10 @@ def extra_bytes(problem: Any) -> int:
     return sum(rows * packed_ld(cols) * ES for _, rows, cols in packed(problem))
 
 
-def pack_step(rows: int, cols: int, kernel_name: str) -> Step:
+def pack_step(rows: int, cols: int, kernel_name: str, limits: DeviceLimits | None = None) -> Step:
     """The pack kernel's launch for one operand: a thread per 16-byte chunk of a packed row (grid.x), a block
-    row per matrix row (grid.y, which loops over the rows beyond MAX_GRID_Y)."""
-    grid = (-(-packed_ld(cols) // CH // PACK_THREADS), min(rows, MAX_GRID_Y), 1)
+    row per matrix row (grid.y, which loops over the rows beyond the grid's y limit)."""
+    grid = (-(-packed_ld(cols) // CH // PACK_THREADS), min(rows, (limits or LAUNCH_LIMITS).max_grid_y), 1)
     return Step(kernel_name + "_pack", grid, (PACK_THREADS, 1, 1), 0)
 
 
@@ -140,17 +144,87 @@ def _grid(params: Params, problem: Any) -> tuple[int, int, int]:
     return -(-problem.N // params["BN"]), -(-problem.M // params["BM"]), 1
 
 
-def launch(params: Params, problem: Any, kernel_name: str = "") -> Launch:
+def launch(params: Params, problem: Any, kernel_name: str = "", limits: DeviceLimits | None = None) -> Launch:
     """The GEMM's launch, after a pack step per misaligned operand (``kernel_name``: the GEMM's, which the pack
-    kernel's name extends; required when there is one)."""
+    kernel's name extends; required when there is one); ``limits``: LAUNCH_LIMITS by default."""
     d = derived(params, {"LAYOUT": problem.layout})
     ops = packed(problem)
     if ops and not kernel_name:
         raise ValueError("an mma launch that packs operands needs the kernel name")
-    before = tuple(pack_step(rows, cols, kernel_name) for _, rows, cols in ops)
+    before = tuple(pack_step(rows, cols, kernel_name, limits) for _, rows, cols in ops)
     return Launch(_grid(params, problem), (d["THREADS"], 1, 1), d["SHARED_BYTES"], before=before)
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
     """No split-K: the kernel takes the family's scratch arguments (to share its signature) and ignores them."""
     return 0, 0
+
+
+class MmaTemplate(GemmTemplate):
+    name = "mma"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+    alignment_variant = ALIGNMENT_VARIANT
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem, kernel_name)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def extra_bytes(self, params: Params, problem: Any) -> int:
+        return extra_bytes(problem)
+
+    def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The split-K pair (unused, zeroed), then one buffer per packed operand (rows x padded row, A first;
+        the pack steps write all of it)."""
+        import cupy as cp
+
+        packs = [cp.empty((rows, packed_ld(cols)), problem.storage) for _, rows, cols in packed(problem)]
+        return (*super().new_scratch(params, problem), *packs)
+
+    def before_args(self, params: Params, problem: Any, inputs: Any, scratch: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The pack kernel takes (operand as stored, its packed buffer, rows, cols, padded row) once per packed
+        operand."""
+        import numpy as np
+
+        stored = dict(zip("AB", inputs, strict=True))
+        return tuple((stored[name], buf, np.int32(rows), np.int32(cols), np.int32(packed_ld(cols)))
+                     for (name, rows, cols), buf in zip(packed(problem), scratch[2:], strict=True))  # fmt: skip
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        """Packed operands follow the split-K pair."""
+        return len(scratch) > 2 and not isinstance(scratch[2], LaunchBound)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        """The GEMM reads the packed copies in place of the misaligned A and/or B."""
+        packs = dict(zip((name for name, _, _ in packed(problem)), scratch[2:], strict=True))
+        a, b = packs.get("A", inputs[0]), packs.get("B", inputs[1])
+        return super().kernel_args(problem, (a, b), out, alpha, beta, scratch[:2])
+
+    def c_abi(self) -> str:
+        return (
+            "mma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta, float* partial, "
+            "unsigned* counters) (the scratch is unused: 0 floats, 0 counters). An A or B whose leading dimension "
+            "is not a multiple of 8 (name tagged _ua, _ub or _uab) is packed first: `<kernel_name>_pack` (const T* "
+            "src, T* dst, int rows, int cols, int ld) once per such operand, A first, with src the operand as "
+            "stored (rows x cols: A M x K or K x M, B K x N or N x K) and dst a buffer of rows x ld elements of T, "
+            "ld = cols rounded up to a multiple of 8; `kernel_name` then takes the packed buffers in place of those "
+            "operands."
+        )
+
+
+TEMPLATE = MmaTemplate()

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
+from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 
 PARAMS: tuple[str, ...] = ("VEC", "TX", "TY", "MT", "KR", "SPLIT_K", "PREFETCH", "MINB")
 KINDS: tuple[tuple[str, str], ...] = (("PREFETCH", "bool"),)
@@ -30,16 +32,12 @@ DESCRIPTION = "skinny-M GEMM: B streamed once with vector loads, A broadcast fro
 DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2)}
 LAYOUTS = ("NN", "TN")  # NT (B stored N x K) is not implemented
 VECS = (1, 2, 4, 8, 16)
-MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # MT * VEC floats per thread
 MAX_B_REGS = 64  # 32-bit registers of B rows in flight per thread (b_registers)
 MAX_A_STAGE = 32  # A elements a thread carries to shared memory per step
-MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
-REGS_PER_SM = 65536
 REG_SLACK = 16  # registers beyond accumulators, B and A staging that ptxas needs (addresses, loop state)
-MAX_SHARED = 224 * 1024  # below the 227 KiB opt-in limit of sm_80/sm_90, leaving room for static shared
+STATIC_SHARED_ROOM = 3 * 1024  # dynamic shared memory stays this far below the device's opt-in limit
 RED_BUDGET = 32 * 1024  # shared bytes the epilogue's reduction may use beyond the A buffers
-MAX_GRID_YZ = 65535
 MAX_PARTIAL_BYTES = 512 * 1024 * 1024
 
 
@@ -97,8 +95,19 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "ACNT": -(-kchunk * mt // threads),
         "RROWS": rrows,
         "SHARED_BYTES": max(a_bytes, red_bytes),
-        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+        "REG_CAP": reg_cap(threads, p["MINB"], SM90),  # rendered: the template's static_assert states 65536
     }
+
+
+def reg_cap(threads: int, minb: int, limits: DeviceLimits) -> int:
+    """Registers a thread may use so that ``minb`` blocks of ``threads`` threads fit one SM (multiples of 8).
+    Shared with skinny_tc and skinny_wgmma."""
+    return min(limits.registers_per_thread, limits.registers_per_sm // (threads * minb) // 8 * 8)
+
+
+def dynamic_shared_limit(limits: DeviceLimits) -> int:
+    """The dynamic shared memory a skinny block may use: the opt-in limit less room for static shared memory."""
+    return limits.max_shared_per_block - STATIC_SHARED_ROOM
 
 
 def b_registers(params: Params, es: int) -> int:
@@ -113,32 +122,33 @@ def register_estimate(params: Params, es: int) -> int:
     return p["MT"] * p["VEC"] + b_registers(p, es) + derived(p)["ACNT"] + REG_SLACK
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
     p = params
     if p["VEC"] not in VECS:
         return f"VEC must be one of {', '.join(map(str, VECS))}"
     threads = p["TX"] * p["TY"]
-    if threads % 32 or threads > MAX_THREADS:
-        return f"TX*TY = {threads} threads must be a whole number of warps, at most {MAX_THREADS}"
-    if threads * p["MINB"] > MAX_THREADS_PER_SM:
-        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if threads % 32 or threads > limits.threads_per_block:
+        return f"TX*TY = {threads} threads must be a whole number of warps, at most {limits.threads_per_block}"
+    if threads * p["MINB"] > limits.threads_per_sm:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {limits.threads_per_sm} threads per SM"
     if p["MT"] * p["VEC"] > MAX_ACCUMULATORS:
         return f"MT*VEC = {p['MT'] * p['VEC']} accumulators per thread exceeds {MAX_ACCUMULATORS}"
     # Registers are counted for 16-bit elements here, the cheapest dtype; check_problem counts the real one.
     if b_registers(p, 2) > MAX_B_REGS:
         twice = " (x2, PREFETCH)" if p["PREFETCH"] else ""
         return f"KR rows of VEC elements{twice} need more than {MAX_B_REGS} B registers"
-    if p["SPLIT_K"] > MAX_GRID_YZ:
-        return f"SPLIT_K = {p['SPLIT_K']} exceeds the grid's z limit of {MAX_GRID_YZ}"
+    if p["SPLIT_K"] > limits.max_grid_z:
+        return f"SPLIT_K = {p['SPLIT_K']} exceeds the grid's z limit of {limits.max_grid_z}"
     d = derived(p)
     if d["ACNT"] > MAX_A_STAGE:
         return f"each thread would stage {d['ACNT']} A elements per step (KR*MT/TX), more than {MAX_A_STAGE}"
-    if d["SHARED_BYTES"] > MAX_SHARED:
-        return f"needs {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
-    if register_estimate(p, 2) > d["REG_CAP"]:
+    if d["SHARED_BYTES"] > dynamic_shared_limit(limits):
+        return f"needs {d['SHARED_BYTES']} bytes of shared memory, more than {dynamic_shared_limit(limits)}"
+    cap = reg_cap(threads, p["MINB"], limits)
+    if register_estimate(p, 2) > cap:
         return (
-            f"needs about {register_estimate(p, 2)} registers per thread, more than the {d['REG_CAP']} that "
+            f"needs about {register_estimate(p, 2)} registers per thread, more than the {cap} that "
             f"MINB = {p['MINB']} blocks of {threads} threads allow"
         )
     return None
@@ -177,16 +187,16 @@ def unsupported(template: str, problem: Any, dtypes: Any, layouts: tuple[str, ..
     return None
 
 
-def grid_problem(grid: tuple[int, int, int], floats: int, wider: str) -> str | None:
+def grid_problem(grid: tuple[int, int, int], floats: int, wider: str, limits: DeviceLimits = SM90) -> str | None:
     """Why a launch of this grid with this many split-K partial floats cannot run, or None."""
-    if grid[1] > MAX_GRID_YZ:
-        return f"needs {grid[1]} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger {wider}"
+    if grid[1] > limits.max_grid_y:
+        return f"needs {grid[1]} column strips, more than the {limits.max_grid_y} grid.y allows; use a larger {wider}"
     if floats * 4 > MAX_PARTIAL_BYTES:
         return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
     return None
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot run this problem, or None."""
     reason = unsupported("skinny", problem, DTYPES, LAYOUTS)
     if reason:
@@ -194,10 +204,10 @@ def check_problem(params: Params, problem: Any) -> str | None:
     es = DTYPES[problem.dtype][1]
     if b_registers(params, es) > MAX_B_REGS:
         return f"KR rows of VEC {problem.dtype} elements need more than {MAX_B_REGS} B registers per thread"
-    regs, cap = register_estimate(params, es), derived(params)["REG_CAP"]
+    regs, cap = register_estimate(params, es), reg_cap(derived(params)["THREADS"], params["MINB"], limits)
     if regs > cap:
         return f"needs about {regs} registers per thread for {problem.dtype}, more than the {cap} MINB allows"
-    return grid_problem(launch(params, problem).grid, scratch(params, problem)[0], "TX*VEC")
+    return grid_problem(launch(params, problem).grid, scratch(params, problem)[0], "TX*VEC", limits)
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:
@@ -219,3 +229,34 @@ def render(params: Params, dtype: str, layout: str, kernel_name: str) -> str:
     v = variant(dtype, layout)
     context = {**params, **derived(params, v), **v, "kernel_name": kernel_name}
     return env.get_template("gemm/skinny.cu.j2").render(context)
+
+
+class SkinnyTemplate(GemmTemplate):
+    name = "skinny"
+    params = PARAMS
+    dtypes = tuple(DTYPES)
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def c_abi(self) -> str:
+        args = "(const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta)"
+        return f"skinny: {args}, then {SPLIT_K_ABI}"
+
+
+TEMPLATE = SkinnyTemplate()

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
-from .gemm_skinny import MAX_GRID_YZ, check_variant, grid_problem, split_k_scratch, unsupported
+from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
+from .gemm_skinny import check_variant, dynamic_shared_limit, grid_problem, reg_cap, split_k_scratch, unsupported
 
 PARAMS: tuple[str, ...] = ("WARPS", "CW", "MB", "KC", "STAGES", "SPLIT_K", "MINB")
 KINDS: tuple[tuple[str, str], ...] = ()
@@ -39,11 +41,7 @@ MAX_MB = 64
 MAX_KC = 128
 MAX_STAGES = 8
 MAX_ACCUMULATORS = 128  # 8 * CW * NT floats per thread
-MAX_THREADS_PER_SM = 2048
-REGS_PER_SM = 65536
 REG_SLACK = 64  # addresses, copy loops, the A^T fragments (measured on sm_90: about 2 x accumulators + 16 CW + 64)
-MAX_SHARED = 224 * 1024
-SHARED_PER_SM = 233472  # sm_90; each resident block also reserves 1 KiB
 
 
 def variant(dtype: str, layout: str) -> dict[str, Any]:
@@ -76,7 +74,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "LDA": tn if variant and variant.get("TRANS_A") else nn,
         "A_FLOATS": a_floats,
         "SHARED_BYTES": p["STAGES"] * stage * 4,
-        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+        "REG_CAP": reg_cap(threads, p["MINB"], SM90),  # rendered: the template's static_assert states 65536
     }
 
 
@@ -86,7 +84,7 @@ def register_estimate(params: Params) -> int:
     return 2 * 8 * p["CW"] * (p["MB"] // 8) + 16 * p["CW"] + REG_SLACK
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
     p = params
     if not 1 <= p["WARPS"] <= MAX_WARPS:
@@ -100,26 +98,28 @@ def check(params: Params) -> str | None:
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
     threads = 32 * p["WARPS"]
-    if threads * p["MINB"] > MAX_THREADS_PER_SM:
-        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if threads * p["MINB"] > limits.threads_per_sm:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {limits.threads_per_sm} threads per SM"
     if 8 * p["CW"] * (p["MB"] // 8) > MAX_ACCUMULATORS:
         return f"CW*MB = {p['CW'] * p['MB']} accumulators per thread exceeds {MAX_ACCUMULATORS}"
-    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > MAX_GRID_YZ:
-        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {MAX_GRID_YZ}"
+    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > limits.max_grid_z:
+        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {limits.max_grid_z}"
     d = derived(p)
-    if d["SHARED_BYTES"] > MAX_SHARED:
-        return f"STAGES x (KC x BN of B + A) need {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
-    return resident_reason(p["MINB"], d, register_estimate(p))
+    if d["SHARED_BYTES"] > dynamic_shared_limit(limits):
+        need, most = d["SHARED_BYTES"], dynamic_shared_limit(limits)
+        return f"STAGES x (KC x BN of B + A) need {need} bytes of shared memory, more than {most}"
+    return resident_reason(p["MINB"], d, register_estimate(p), limits)
 
 
-def resident_reason(minb: int, d: dict[str, Any], registers: int) -> str | None:
-    """Why MINB blocks with d's shared memory, threads and register cap, needing about ``registers`` registers a
-    thread, cannot share an SM, or None. Shared with skinny_wgmma."""
-    if minb * (d["SHARED_BYTES"] + 1024) > SHARED_PER_SM:
-        return f"MINB = {minb} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {SHARED_PER_SM}"
-    if registers > d["REG_CAP"]:
+def resident_reason(minb: int, d: dict[str, Any], registers: int, limits: DeviceLimits = SM90) -> str | None:
+    """Why MINB blocks with d's shared memory and threads, needing about ``registers`` registers a thread, cannot
+    share an SM, or None. Shared with skinny_wgmma."""
+    per_sm, cap = limits.shared_per_sm, reg_cap(d["THREADS"], minb, limits)
+    if minb * (d["SHARED_BYTES"] + limits.shared_reserved_per_block) > per_sm:
+        return f"MINB = {minb} blocks of {d['SHARED_BYTES']} bytes of shared memory exceed an SM's {per_sm}"
+    if registers > cap:
         return (
-            f"needs about {registers} registers per thread, more than the {d['REG_CAP']} that "
+            f"needs about {registers} registers per thread, more than the {cap} that "
             f"MINB = {minb} blocks of {d['THREADS']} threads allow"
         )
     return None
@@ -137,8 +137,41 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     return split_k_scratch(params["SPLIT_K"], problem, launch(params, problem).grid)
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot run this problem, or None."""
     return unsupported("skinny_tc", problem, DTYPES, LAYOUTS) or grid_problem(
-        launch(params, problem).grid, scratch(params, problem)[0], "WARPS*CW"
+        launch(params, problem).grid, scratch(params, problem)[0], "WARPS*CW", limits
     )
+
+
+class SkinnyTcTemplate(GemmTemplate):
+    name = "skinny_tc"
+    params = PARAMS
+    dtypes = tuple(DTYPES)
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def c_abi(self) -> str:
+        return (
+            "skinny_tc: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta), "
+            "then " + SPLIT_K_ABI
+        )
+
+
+TEMPLATE = SkinnyTcTemplate()

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
-from .gemm_skinny import MAX_GRID_YZ, check_variant, grid_problem, split_k_scratch, unsupported
+from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
+from .gemm_skinny import check_variant, grid_problem, reg_cap, split_k_scratch, unsupported
 from .gemm_skinny_tc import launch as row_group_launch
 from .gemm_skinny_tc import resident_reason
+from .template import LaunchBound
 
 PARAMS: tuple[str, ...] = ("WG", "MB", "KC", "STAGES", "ROUND", "SPLIT_K", "CLUSTER", "MINB", "TMA")
 KINDS: tuple[tuple[str, str], ...] = (("CLUSTER", "bool"), ("TMA", "bool"))
@@ -50,10 +53,7 @@ MBS = (8, 16, 32, 64)  # the wgmma's N (it allows up to 256; C has few rows); po
 KCS = (16, 32)  # two chunks of B^T fragments live in registers: 2 x KC floats a thread
 MAX_ROUND = 256  # rows of K summed by the tensor cores between rounded adds (error ~7e-9 x ROUND, relative)
 MAX_STAGES = 8
-MAX_THREADS_PER_SM = 2048
-REGS_PER_SM = 65536
 REG_SLACK = 56  # addresses, loop state, split temporaries
-MAX_SHARED = 227 * 1024
 
 
 def variant(dtype: str, layout: str) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "SHARED_BYTES": (p["STAGES"] * stage + 6 * split + (p["MB"] * bn if p["CLUSTER"] else 0)) * 4
         + 1024
         + 16 * p["STAGES"],
-        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+        "REG_CAP": reg_cap(threads, p["MINB"], SM90),
     }
 
 
@@ -93,7 +93,7 @@ def register_estimate(params: Params) -> int:
     return 2 * (params["MB"] // 2) + 2 * params["KC"] + REG_SLACK
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
     p = params
     if p["WG"] not in WGS:
@@ -107,17 +107,17 @@ def check(params: Params) -> str | None:
     if not 3 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 3 to {MAX_STAGES} (chunk s + 1 lands while chunk s is computed)"
     threads = 128 * p["WG"]
-    if threads * p["MINB"] > MAX_THREADS_PER_SM:
-        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
-    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > MAX_GRID_YZ:
-        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {MAX_GRID_YZ}"
+    if threads * p["MINB"] > limits.threads_per_sm:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {limits.threads_per_sm} threads per SM"
+    if p["SPLIT_K"] < 1 or p["SPLIT_K"] > limits.max_grid_z:
+        return f"SPLIT_K = {p['SPLIT_K']} must be 1 to the grid's z limit of {limits.max_grid_z}"
     if p["CLUSTER"] and p["SPLIT_K"] not in CLUSTER_SPLITS:
         return f"CLUSTER needs SPLIT_K = 2, 4 or 8 (the blocks of a tile form one cluster), not {p['SPLIT_K']}"
     d = derived(p)
-    if d["SHARED_BYTES"] > MAX_SHARED:
-        need = d["SHARED_BYTES"]
-        return f"the ring, A's split (and CLUSTER's slots) need {need} bytes of shared memory, more than {MAX_SHARED}"
-    return resident_reason(p["MINB"], d, register_estimate(p))
+    if d["SHARED_BYTES"] > limits.max_shared_per_block:
+        need, most = d["SHARED_BYTES"], limits.max_shared_per_block
+        return f"the ring, A's split (and CLUSTER's slots) need {need} bytes of shared memory, more than {most}"
+    return resident_reason(p["MINB"], d, register_estimate(p), limits)
 
 
 def launch(params: Params, problem: Any) -> Launch:
@@ -133,7 +133,7 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     return floats, 2 * counters
 
 
-class TensorMaps:
+class TensorMaps(LaunchBound):
     """Kernel arguments made per launch: the tensor maps of the launch's A and B, whose boxes are what the
     template's ``a_index`` and ``b_index`` read. B (K x N, row-major): boxes of 32 columns x KC rows, 128-byte
     swizzle. A (layout NN only, M x K): one box of KC columns x MB rows a chunk, 128-byte swizzle for KC = 32 and
@@ -172,8 +172,71 @@ class TensorMaps:
         return m
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot run this problem, or None."""
     return unsupported("skinny_wgmma", problem, DTYPES, LAYOUTS) or grid_problem(
-        launch(params, problem).grid, scratch(params, problem)[0], "WG"
+        launch(params, problem).grid, scratch(params, problem)[0], "WG", limits
     )
+
+
+TENSOR_MAP_ABI = (
+    "then two CUtensorMaps by value (__grid_constant__), A's then B's, each from cuTensorMapEncodeTiled as float32 "
+    "with element strides {1, 1}, no interleave, no L2 promotion, OOB fill none: B dims {N, K}, stride {N*4} bytes, "
+    "box {32, KC}, CU_TENSOR_MAP_SWIZZLE_128B; A (layout NN) dims {K, M}, stride {K*4}, box {KC, MB}, SWIZZLE_128B "
+    "for KC = 32 and SWIZZLE_64B for KC = 16 (KC, MB from params). 128 zero bytes for B when N % 4 != 0 or B is not "
+    "16-byte aligned, for A when the layout is TN, K % 4 != 0 or A is not 16-byte aligned (the kernel then never "
+    "reads that map)."
+)
+
+
+class SkinnyWgmmaTemplate(GemmTemplate):
+    name = "skinny_wgmma"
+    params = PARAMS
+    dtypes = tuple(DTYPES)
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+    arch = "sm_90a"
+    arch_note = (
+        "skinny_wgmma needs sm_90a (wgmma, TMA and thread-block clusters): for any other architecture it fails to "
+        "compile."
+    )
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The split-K pair, then A's and B's tensor maps (made per operand address at launch)."""
+        return (*super().new_scratch(params, problem), TensorMaps(params, problem))
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        return len(scratch) == 3 and isinstance(scratch[2], TensorMaps)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        """The split-K pair, then the maps of this launch's A and B."""
+        a, b = inputs
+        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b)))
+
+    def c_abi(self) -> str:
+        return (
+            "skinny_wgmma: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta), "
+            + SPLIT_K_ABI.removesuffix(".")
+            + "; "
+            + TENSOR_MAP_ABI
+        )
+
+
+TEMPLATE = SkinnyWgmmaTemplate()

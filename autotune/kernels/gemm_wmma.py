@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..limits import SM90, DeviceLimits
 from .base import Launch, Params
+from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 
 PARAMS = ("FRAG", "WARPS_M", "WARPS_N", "FRAGS_M", "FRAGS_N", "BK", "PAD", "STAGES", "SPLIT_K", "RASTER")
 KINDS = (("FRAG", "str"), ("PAD", "int>=0"))
@@ -17,10 +19,8 @@ LAYOUTS = ("NN", "NT", "TN", "TT")
 ALIGNMENT_VARIANT = True  # the source differs for operands whose leading dimension is not whole 16-byte copies
 
 FRAGS = {"m16n16k16": (16, 16, 16), "m32n8k16": (32, 8, 16), "m8n32k16": (8, 32, 16), "m16n16k8": (16, 16, 8)}
-MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # floats per thread
 MAX_PARTIAL_BYTES = 512 << 20
-MAX_GRID_Y = 65535
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "tfloat32": 4}
 
 
@@ -55,14 +55,14 @@ def derived(params: Params, variant: dict[str, Any]) -> dict[str, Any]:
             "SHARED_BYTES": shared_bytes(params, variant["LAYOUT"], variant["ES"])}  # fmt: skip
 
 
-def check(params: Params) -> str | None:
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built (for any dtype and layout), or None."""
     if params["FRAG"] not in FRAGS:
         return f"FRAG must be one of {', '.join(FRAGS)}"
     fm, fn, fk = shape(params)
     threads = params["WARPS_M"] * params["WARPS_N"] * 32
-    if threads > MAX_THREADS:
-        return f"{threads} threads per block exceeds {MAX_THREADS}"
+    if threads > limits.threads_per_block:
+        return f"{threads} threads per block exceeds {limits.threads_per_block}"
     if params["FRAGS_M"] * params["FRAGS_N"] * fm * fn // 32 > MAX_ACCUMULATORS:
         return f"more than {MAX_ACCUMULATORS} accumulators per thread"
     if params["BK"] % fk or params["BK"] % 8:
@@ -72,7 +72,7 @@ def check(params: Params) -> str | None:
     return None
 
 
-def check_problem(params: Params, problem: Any) -> str | None:
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration cannot compute this problem (dtype, layout, alignment of fragments, grid)."""
     dtype, layout = problem.dtype, problem.layout
     if dtype not in DTYPES:
@@ -92,8 +92,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
     if (fn * b_ld * es if layout[1] == "T" else fn * es) % 32:
         return f"{params['FRAG']} fragments of B would start off a 32-byte boundary in layout {layout}"
     grid = launch(params, problem).grid
-    if grid[1] > MAX_GRID_Y:
-        return f"needs {grid[1]} row blocks, more than the {MAX_GRID_Y} a grid allows; use a larger block tile"
+    if grid[1] > limits.max_grid_y:
+        return f"needs {grid[1]} row blocks, more than the {limits.max_grid_y} a grid allows; use a larger block tile"
     split = params["SPLIT_K"]
     if split > 1:
         if split * bk > problem.K:
@@ -116,3 +116,34 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
         return 0, 0
     grid = launch(params, problem).grid
     return params["SPLIT_K"] * problem.M * problem.N, grid[0] * grid[1]
+
+
+class WmmaTemplate(GemmTemplate):
+    name = "wmma"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+    alignment_variant = ALIGNMENT_VARIANT
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def c_abi(self) -> str:
+        return "wmma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta), then " + SPLIT_K_ABI
+
+
+TEMPLATE = WmmaTemplate()

@@ -1,0 +1,133 @@
+"""``TemplateFamily``: what a kernel family does the same way for every template, written once.
+
+A family (GEMM, conv2d) lists its ``Template`` objects in one registry; this base builds the ``templates`` table of
+``TemplateInfo`` (with the "auto" template whose TEMPLATE parameter picks one of them), resolves "auto"
+configurations to the template they render, and dispatches checks, derived values, the render context, kernel
+names, launches, scratch and kernel arguments to that template. The family itself keeps what is its own: its
+problem type (``problem``), inputs, reference, vendor baseline and the plain kernel arguments.
+
+Callers that pass no ``limits`` get the sm_90 table's (``autotune.limits.SM90``), the GPU the stored entries
+were tuned on.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from ..limits import SM90, DeviceLimits
+from .base import Launch, Params, TemplateInfo, auto_info, check_auto
+from .template import Template
+
+
+class TemplateFamily(abc.ABC):
+    """The dispatch shared by every family. Subclasses set ``name`` and ``shape_help`` and call
+    ``__init__`` with their templates, in the order the "auto" template offers them."""
+
+    name: str
+    shape_help: str
+    c_abi_note: str = ""  # what every template of the family shares in its exported C signature
+
+    def __init__(self, templates: Sequence[Template], layouts: tuple[str, ...], auto_skip: tuple[str, ...] = ()):
+        self._impl: dict[str, Template] = {t.name: t for t in templates}
+        self.templates: dict[str, TemplateInfo] = {t.name: t.info() for t in templates}
+        self.templates["auto"] = auto_info(self.templates, layouts, skip=auto_skip)
+
+    # --- the registry -------------------------------------------------------------------------------------
+
+    def resolve(self, template: str, params: Params) -> str:
+        """The concrete template a configuration renders: "auto" defers to its TEMPLATE parameter."""
+        return str(params.get("TEMPLATE", "")) if template == "auto" else template
+
+    def template(self, template: str, params: Params | None = None) -> Template:
+        """The ``Template`` a configuration renders ("auto" resolved through ``params``); KeyError if unknown."""
+        return self._impl[self.resolve(template, params or {})]
+
+    def implementations(self) -> tuple[Template, ...]:
+        """Every concrete template, in registry order."""
+        return tuple(self._impl.values())
+
+    # --- configuration -> derived values ------------------------------------------------------------------
+
+    def derived(self, template: str, params: Params, problem: Any = None) -> dict[str, Any]:
+        return self.template(template, params).derived(params, problem)
+
+    def context(self, template: str, params: Params, problem: Any) -> dict[str, Any]:
+        """Everything a template renders from besides the parameters: derived values and the variant."""
+        return self.template(template, params).context(params, problem)
+
+    def check(self, template: str, params: Params, limits: DeviceLimits = SM90) -> str | None:
+        """Why this configuration cannot be built, or None. Mirrors the templates' static_asserts."""
+        if template not in self.templates:
+            return f"unknown {self.name} template {template!r}; expected one of {', '.join(self.templates)}"
+        if template == "auto":
+            reason = check_auto(self.templates, params)
+            if reason:
+                return reason
+        return self.template(template, params).check(params, limits)
+
+    def check_problem(self, template: str, params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
+        """Why this configuration cannot compute this problem (dtype, layout, grid and index limits), or None."""
+        return self.template(template, params).check_problem(params, problem, limits)
+
+    def value_text(self, value: Any) -> str:
+        """A parameter's value as kernel names spell it."""
+        return str(value)
+
+    def kernel_name(self, template: str, params: Params, problem: Any = None) -> str:
+        """``<family>_<template>[_<variant tag>]_<param><value>...``: names encode their configuration."""
+        t = self.template(template, params)
+        parts = [f"{k.lower()}{self.value_text(params[k])}" for k in self.templates[t.name].named_params(params)]
+        tag = t.name_tag(problem) if problem is not None else ()
+        return "_".join([self.name, t.name, *tag, *parts])
+
+    def launch(self, template: str, params: Params, problem: Any) -> Launch:
+        """The main kernel's launch; ``before``: kernels named after it, launched first on the same stream."""
+        t = self.template(template, params)
+        return t.launch(params, problem, self.kernel_name(t.name, params, problem))
+
+    # --- scratch and arguments ----------------------------------------------------------------------------
+
+    def scratch(self, template: str, params: Params, problem: Any) -> tuple[int, int] | None:
+        """(partial-sum floats or work-matrix elements, counters) of templates that take scratch, else None."""
+        return self.template(template, params).scratch(params, problem)
+
+    def extra_bytes(self, template: str, params: Params, problem: Any) -> int:
+        """Device memory a candidate needs besides its operands and output."""
+        return self.template(template, params).extra_bytes(params, problem)
+
+    def new_scratch(self, template: str, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The scratch buffers of one launch site (zeroed partials and counters, packed copies, tensor maps)."""
+        return self.template(template, params).new_scratch(params, problem)
+
+    def before_args(self, template: str, params: Params, problem: Any, inputs: Any,
+                    scratch: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:  # fmt: skip
+        """Arguments of each step of ``launch(...).before``; () for one-launch templates."""
+        return self.template(template, params).before_args(params, problem, inputs, scratch)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float = 1.0, beta: float = 0.0,
+                    scratch: tuple[Any, ...] = ()) -> tuple[Any, ...]:  # fmt: skip
+        """The main kernel's arguments: those of the template whose kind of scratch this is, else the family's
+        plain ones followed by the scratch buffers."""
+        owner = next((t for t in self._impl.values() if t.takes_scratch(scratch)), None)
+        if owner is not None:
+            return owner.kernel_args(problem, inputs, out, alpha, beta, scratch)
+        return self.plain_args(problem, inputs, out, alpha, beta, scratch)
+
+    @abc.abstractmethod
+    def plain_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                   scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        """The arguments every template of the family takes unless its scratch says otherwise."""
+
+    def c_abi(self, template: str) -> str:
+        """The exported C signature of a template's kernels: the family's shared note, then the template's."""
+        return " ".join(x for x in (self.c_abi_note, self._impl[template].c_abi()) if x)
+
+    # --- per family ---------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def problem(self, shape: Any, dtype: str, layout: str = ...) -> Any: ...
+
+    @abc.abstractmethod
+    def default_config(self, dtype: str, layout: str = ...) -> tuple[str, dict[str, Any]]: ...

@@ -1,0 +1,27 @@
+"""Every stored tuned entry, and each family's defaults and a configuration of every other template, still
+renders the same source (byte for byte, by SHA-256) under the same kernel name, with the same launch, scratch,
+extra memory and check results as when tests/data/kernel_fixture.json was captured (by
+tests/data/capture_kernel_fixture.py, from main before the template redesign)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.data.capture_kernel_fixture import cases, record
+
+FIXTURE = json.loads((Path(__file__).parent / "data" / "kernel_fixture.json").read_text())
+CASES = {case[0]: case[1:] for case in cases()}
+
+
+def test_the_fixture_covers_every_stored_entry_and_nothing_else():
+    assert sorted(CASES) == sorted(FIXTURE)
+    assert sum(c.startswith("tuned/") for c in CASES) >= 30 and any(c.startswith("tests/data/") for c in CASES)
+
+
+@pytest.mark.parametrize("case", sorted(FIXTURE))
+def test_an_entry_renders_and_launches_as_captured(case):
+    kernel, template, params, problem = CASES[case]
+    assert record(kernel, template, params, problem) == FIXTURE[case]
