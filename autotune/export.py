@@ -88,9 +88,9 @@ def _export_entry(kernel: str, gpu_key: str, arch: str | None, key: str, e: dict
     target = target_arch(rendered.source, arch) if arch else None
     src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + source_file(rendered.source, src.name, target))
     scratch = family.scratch(e["template"], e["params"], problem) or (0, 0)
-    mnk = (problem.M, problem.N, problem.K) if kernel == "gemm" else (0, 0, 0)  # conv's N and K differ
+    mnk = tuple(getattr(problem, d, 0) for d in ("M", "N", "K"))  # GEMM's sizes; 0 for a family without them
     row = {
-        "gpu": gpu_key, "kernel": kernel, "dtype": dtype, "layout": layout, "shape": label,
+        "gpu": gpu_key, "kernel": kernel, "template": e["template"], "dtype": dtype, "layout": layout, "shape": label,
         "M": mnk[0], "N": mnk[1], "K": mnk[2],
         "name": rendered.kernel_name, "file": f"{gpu_key}/{src.name}", "grid": launch.grid,
         "block": launch.block, "shared": launch.shared_bytes, "scratch": scratch,
@@ -162,40 +162,33 @@ def source_file(source: str, name: str, arch: str | None) -> str:
     return "\n".join(head) + "\n" + body + ("\n".join(tail) + "\n" if tail else "")
 
 
-_ABI = [
+_BUILD = [
     "/* Build: each source's second line is the command that builds it: nvcc -c -arch=<arch> -std=c++17 <file>.cu",
     "   with <arch> the row's `arch`; for sources that use wgmma or TMA (`arch` sm_90a: they run on Hopper only)",
     "   nvcc -c -arch=compute_90a -code=sm_90a -std=c++17 <file>.cu (-arch=sm_90a alone also builds generic",
     "   compute_90 PTX, which cannot hold wgmma). NVRTC: -arch=<arch> -std=c++17. CUDA headers only.",
     "   One row per tuned (GPU, kernel, dtype, layout, shape). Launch `kernel_name` from `source_file`",
     "   on a (grid_x, grid_y, grid_z) grid of `block_threads`-thread blocks with `shared_bytes` of dynamic",
-    "   shared memory (above 48 KB, raise the kernel's limit first).",
-    "   gemm (C row-major M x N; A M x K or, layout T?, K x M; B K x N or, layout ?T, N x K; T the dtype's type,",
-    "   float for tfloat32): simt and naive take (const T* A, const T* B, T* C, int M, int N, int K,",
-    "   float alpha, float beta); wmma and skinny add (float* partial, unsigned* counters): buffers of",
-    "   `scratch_floats` floats and `scratch_counters` unsigned ints, zeroed once before the first launch",
-    "   (the kernels leave the counters zero; any non-null pointer will do when both counts are 0).",
-    "   skinny_wgmma adds, after counters, two CUtensorMaps by value (__grid_constant__), A's then B's, each",
-    "   from cuTensorMapEncodeTiled as float32 with element strides {1, 1}, no interleave, no L2 promotion,",
-    "   OOB fill none: B dims {N, K}, stride {N*4} bytes, box {32, KC}, CU_TENSOR_MAP_SWIZZLE_128B; A (layout",
-    "   NN) dims {K, M}, stride {K*4}, box {KC, MB}, SWIZZLE_128B for KC = 32 and SWIZZLE_64B for KC = 16 (KC,",
-    "   MB from params). 128 zero bytes for B when N % 4 != 0 or B is not 16-byte aligned, for A when the",
-    "   layout is TN, K % 4 != 0 or A is not 16-byte aligned (the kernel then never reads that map).",
-    "   conv2d (layout NCHW or NHWC; `shape` is nNcChHwWkKrRsSuSTRIDEpPAD): (const T* x, const T* w, T* y,",
-    "   int N, int C, int H, int W, int K, int R, int S, int stride, int pad, int P, int Q); implicit_mma with",
-    "   SPLIT_K > 1 and winograd with SPLIT_C > 1 (grid_z) add (float* partial, unsigned* counters) after Q,",
-    "   sized and zeroed as for gemm.",
-    "   `before` lists kernels of the same source to launch first, in order, on the same stream, each as",
-    "   `name grid_x grid_y grid_z block_threads shared_bytes`, with ';' between them (empty: one launch).",
-    "   conv2d im2col_gemm (NHWC): first `<kernel_name>_im2col` (const T* x, T* col, then the 11 ints above)",
-    "   with col a buffer of `scratch_floats` elements of T (N*P*Q x R*S*C, the extra memory), then",
-    "   `kernel_name` as a gemm (layout NT) on (col, w, y, N*P*Q, K, R*S*C, 1.0f, 0.0f, partial, counters).",
-    "   gemm mma whose A or B has a leading dimension that is not a multiple of 8 (name tagged _ua, _ub or",
-    "   _uab): `<kernel_name>_pack` (const T* src, T* dst, int rows, int cols, int ld) once per such operand,",
-    "   A first, with src the operand as stored (rows x cols: A M x K or K x M, B K x N or N x K) and dst a",
-    "   buffer of rows x ld elements of T, ld = cols rounded up to a multiple of 8; then `kernel_name` with",
-    "   the packed buffers in place of those operands (the C arguments unchanged). */",
+    "   shared memory (above 48 KB, raise the kernel's limit first). Scratch buffers hold `scratch_floats`",
+    "   floats and `scratch_counters` unsigned ints, zeroed once before the first launch (the kernels leave the",
+    "   counters zero). `before` lists kernels of the same source to launch first, in order, on the same",
+    "   stream, each as `name grid_x grid_y grid_z block_threads shared_bytes`, ';' between them.",
+    "   The arguments of each exported template: */",
 ]
+
+
+def _abi(rows: list[dict[str, Any]]) -> list[str]:
+    """The build paragraph, then the C arguments of each (family, template) the rows use, in the words of the
+    template's own module (``Template.c_abi``)."""
+    import textwrap
+
+    lines = list(_BUILD)
+    for kernel, template in sorted({(r["kernel"], r["template"]) for r in rows}):
+        text = FAMILIES[kernel].c_abi(template)
+        wrapped = textwrap.wrap(f"{kernel} {template}: {text}", 112)
+        lines += ["/* " + wrapped[0], *("   " + w for w in wrapped[1:])]
+        lines[-1] += " */"
+    return lines
 
 
 def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
@@ -205,7 +198,7 @@ def _header(rows: list[dict[str, Any]], tuned_dir: Path) -> str:
         "#ifndef AUTOTUNE_TUNED_H",
         "#define AUTOTUNE_TUNED_H",
         "",
-        *_ABI,
+        *_abi(rows),
         "typedef struct {",
         "  const char* gpu_key; const char* kernel; const char* dtype; const char* layout; const char* shape;",
         "  int M, N, K; /* gemm only */",
