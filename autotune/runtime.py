@@ -257,12 +257,8 @@ class Launcher:
         self._new_scratch = new_scratch
         self._scratch: dict[Any, tuple[Any, ...]] = {}
         self._scratch_lock = threading.Lock()
-        import numpy as np
-
         self._family = FAMILIES[kernel]
-        self._gemm = kernel == "gemm"  # GEMM's arguments are packed here, without a call into the family
-        self._dims = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)) if self._gemm else ()
-        self._f32 = np.float32
+        self._args = self._family.args_for(choice.template, choice.params, problem)  # made once: the hot path
         self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
         self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
 
@@ -291,14 +287,7 @@ class Launcher:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
             scratch = self._scratch.get(_stream_key()) or self._stream_scratch()
-        if self._gemm and len(scratch) <= 2:
-            args = (a, b, out, *self._dims, self._f32(alpha), self._f32(beta), *scratch)
-        elif self._gemm and len(scratch) == 3:  # skinny_wgmma: split-K buffers, then the operands' tensor maps
-            dims, f32 = self._dims, self._f32
-            args = (a, b, out, *dims, f32(alpha), f32(beta), scratch[0], scratch[1], *scratch[2].bind(a, b))
-        else:
-            args = self._family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
-        self._fn(self._grid, self._block, args, shared_mem=self._shared)
+        self._fn(self._grid, self._block, self._args(a, b, out, alpha, beta, scratch), shared_mem=self._shared)
         return out
 
     def _stream_scratch(self) -> tuple[Any, ...]:

@@ -55,7 +55,7 @@ def rows(calls: int) -> list[dict]:
     out = cp.empty((m, n), dtype=cp.float16)
     fn, grid, block, shared = ours._fn, ours._grid, ours._block, ours._shared
     scratch = ours._new_scratch() if ours._new_scratch is not None else ()  # split-K buffers the kernel takes
-    args = (a, b, out, *ours._dims, ours._f32(1.0), ours._f32(0.0), *scratch)
+    args = ours._args(a, b, out, 1.0, 0.0, scratch)
     found = [
         ("cupy Function call (floor)", per_call(lambda: fn(grid, block, args, shared_mem=shared), calls)),
         ("Launcher.__call__", per_call(lambda: ours(a, b, out), calls)),

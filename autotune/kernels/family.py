@@ -13,7 +13,7 @@ were tuned on.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..limits import SM90, DeviceLimits
@@ -114,6 +114,18 @@ class TemplateFamily(abc.ABC):
         if owner is not None:
             return owner.kernel_args(problem, inputs, out, alpha, beta, scratch)
         return self.plain_args(problem, inputs, out, alpha, beta, scratch)
+
+    def args_for(self, template: str, params: Params, problem: Any) -> Callable[..., tuple[Any, ...]]:
+        """A function ``(a, b, out, alpha, beta, scratch) -> kernel arguments`` for one launch site, made once so
+        that serving a call costs one Python call (the runtime's hot path)."""
+        impl = self.template(template, params)
+        if type(impl).takes_scratch is not Template.takes_scratch:  # its own kind of scratch: it decides per call
+            return lambda a, b, out, alpha, beta, scratch: self.kernel_args(problem, (a, b), out, alpha, beta, scratch)
+        return self.plain_args_for(problem)
+
+    def plain_args_for(self, problem: Any) -> Callable[..., tuple[Any, ...]]:
+        """``args_for`` of templates that take the family's plain arguments; families may precompute more."""
+        return lambda a, b, out, alpha, beta, scratch: self.plain_args(problem, (a, b), out, alpha, beta, scratch)
 
     @abc.abstractmethod
     def plain_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,

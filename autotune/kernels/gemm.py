@@ -94,6 +94,13 @@ class GemmFamily(TemplateFamily):
             raise ValueError(f"no {dtype} template computes layout {layout}; pass row-major operands")
         return "simt", dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
 
+    def plain_args_for(self, problem: GemmProblem) -> Callable[..., tuple[Any, ...]]:
+        """(A, B, C, M, N, K, alpha, beta, *scratch) with M, N, K converted once."""
+        import numpy as np
+
+        dims, f32 = (np.int32(problem.M), np.int32(problem.N), np.int32(problem.K)), np.float32
+        return lambda a, b, out, alpha, beta, scratch: (a, b, out, *dims, f32(alpha), f32(beta), *scratch)
+
     def plain_args(self, problem: GemmProblem, inputs: tuple[Any, Any], out: Any, alpha: float, beta: float,
                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
         """(A, B, C, M, N, K, alpha, beta, *scratch)."""
