@@ -1,0 +1,220 @@
+"""Several worker processes on one study, with fake evaluations: no configuration evaluated twice, none lost,
+a worker killed with SIGKILL in mid-trial, one final re-timing per shape.
+
+The PostgreSQL tests need a server: ``AUTOTUNE_TEST_PG_URL`` (``.ci/run`` starts one and sets it). Without it
+they skip, except under CI (``CI=true``), where they fail. The journal tests need nothing.
+
+Run as a script, this file is one worker: ``python tests/test_distributed.py SPEC STORAGE GPU_KEY LOG TRIALS DELAY
+[--remote]``; ``--remote`` makes it look like a worker of another machine (so only its heartbeat tells that it
+died, not its process id).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script
+    sys.path.insert(0, str(ROOT))
+
+from autotune.search import FINAL_PLAN, open_storage, study_name  # noqa: E402
+from autotune.spec import load_spec  # noqa: E402
+from tests.fakes import NAIVE_SPEC, FakeEvaluator  # noqa: E402
+
+HEARTBEAT_S, GRACE_S = 1, 2  # short, so that a killed worker's trial is failed within seconds
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> str:
+    url = os.environ.get("AUTOTUNE_TEST_PG_URL")
+    if url:
+        return url
+    reason = "no PostgreSQL server: set AUTOTUNE_TEST_PG_URL (.ci/run starts one and sets it)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must test a real PostgreSQL, but {reason}")
+    pytest.skip(reason)
+
+
+class LoggingEvaluator(FakeEvaluator):
+    """Logs ``<shape> begin|search|final <config key>`` lines: ``begin`` before the (slow) evaluation, then
+    ``search`` or ``final`` (the re-timing of the finalists) once it has ended."""
+
+    def __init__(self, path: Path, delay: float) -> None:
+        super().__init__(delay=delay)
+        self.path = path
+
+    def measure(self, c, settings):
+        if c.status is not None:
+            return super().measure(c, settings)
+        shape, key = c.candidate.problem.label, c.candidate.config.key
+        phase = "final" if settings.timing == FINAL_PLAN else "search"
+        self._write(f"{shape} begin {key}")
+        r = super().measure(c, settings)
+        self._write(f"{shape} {phase} {key}")
+        return r
+
+    def _write(self, line: str) -> None:
+        with self.path.open("a") as f:
+            f.write(line + "\n")
+
+
+def worker_main(argv: list[str]) -> None:
+    """One worker: every shape of the spec, in a study shared with the other workers."""
+    from autotune.compile_pool import CompilePool
+    from autotune.evaluate import Settings
+    from autotune.search import tune_shape
+    from autotune.shared_study import rdb_storage
+    from tests.fakes import fake_compile
+
+    spec_path, storage_url, gpu_key, log, trials, delay = argv[:6]
+    if "--remote" in argv:  # a worker of another machine: its process id says nothing here
+        import autotune.search
+        import autotune.shared_study
+
+        autotune.search._owner = autotune.shared_study._owner = lambda: "another-host:1"
+    spec = load_spec(spec_path)
+    is_url = "://" in storage_url
+    storage = rdb_storage(storage_url, HEARTBEAT_S, GRACE_S) if is_url else open_storage(storage_url)
+    evaluator = LoggingEvaluator(Path(log), delay=float(delay))
+    with CompilePool("sm_90", 1, fake_compile) as pool:
+        for problem in spec.problems:
+            out = tune_shape(
+                spec, problem, Settings(arch="sm_90", tolerance=1e-5), storage, trials=int(trials), minutes=None,
+                evaluator=evaluator, compiler=pool, prefetch=2, shared=True, gpu_key=gpu_key,
+            )  # fmt: skip
+            best = out.best.config.key if out.best else "-"
+            evaluator._write(f"{problem.label} outcome {best} {out.final_by or 'self'}")
+
+
+def _spec(tmp_path: Path, sampler: str, shapes: int) -> Path:
+    """The fakes' spec with ``sampler`` and its first ``shapes`` shapes (19 feasible configurations each)."""
+    p = tmp_path / f"naive_{sampler}.yaml"
+    text = NAIVE_SPEC.replace("sampler: tpe", f"sampler: {sampler}")
+    p.write_text(text if shapes == 2 else text.replace('[[64, 64, 64], "96x80x72"]', "[[64, 64, 64]]"))
+    return p
+
+
+def _start(spec: Path, storage: str, key: str, log: Path, trials: int, delay: float, *extra: str):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, __file__, str(spec), storage, key, str(log), str(trials), str(delay), *extra]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def _wait(procs, limit_s: float = 90) -> None:
+    deadline = time.monotonic() + limit_s
+    for p in procs:
+        try:
+            p.wait(max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a worker did not finish in time")
+        assert p.returncode in (0, -signal.SIGKILL), p.stderr.read()
+
+
+def _lines(logs: list[Path]) -> list[tuple[str, str, str, str]]:
+    """(worker, shape, what, rest) for every line of every worker's log."""
+    out = []
+    for log in logs:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            shape, what, rest = line.split(" ", 2)
+            out.append((log.stem, shape, what, rest))
+    return out
+
+
+def _feasible(spec, problem) -> set[str]:
+    from autotune.evaluate import Settings
+    from autotune.search import feasible_configs
+
+    return {c.key for c in feasible_configs(spec, problem, Settings(arch="sm_90", tolerance=1e-5))}
+
+
+def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = None) -> None:
+    """No configuration evaluated twice in search, none lost, one final re-timing per shape, one verdict."""
+    import optuna
+
+    lines = _lines(logs)
+    killed = killed or {}
+    for problem in spec.problems:
+        shape = problem.label
+        searched = Counter(rest for _, s, what, rest in lines if s == shape and what == "search")
+        twice = {k: n for k, n in searched.items() if n > 1}
+        assert not twice, f"{shape}: evaluated more than once: {twice}"
+        feasible = _feasible(spec, problem)
+        assert set(searched) == feasible, f"{shape}: lost {feasible - set(searched)}"
+        if shape in killed:
+            assert killed[shape] in searched, "the killed worker's configuration was not evaluated again"
+        finals = {w for w, s, what, _ in lines if s == shape and what == "final"}
+        assert len(finals) == 1, f"{shape}: finalists re-timed by {sorted(finals) or 'nobody'}"
+        outcomes = [(w, rest.split()) for w, s, what, rest in lines if s == shape and what == "outcome"]
+        assert len({best for _, (best, _) in outcomes}) == 1, f"{shape}: workers disagree: {outcomes}"
+        assert [w for w, (_, by) in outcomes if by == "self"] == sorted(finals)
+        study = optuna.load_study(study_name=study_name(spec, problem, key), storage=storage)
+        results = Counter(  # complete or pruned (slow): an evaluation's result
+            t.user_attrs["result"]["config_key"]
+            for t in study.trials
+            if t.user_attrs.get("status") in ("complete", "pruned") and "duplicate_of" not in t.user_attrs
+        )
+        assert set(results) == feasible and max(results.values()) == 1
+        assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def _shared_run(tmp_path, storage: str, sampler: str = "random", shapes: int = 2) -> None:
+    spec_path = _spec(tmp_path, sampler, shapes)
+    key = f"test-gpu-{uuid.uuid4().hex[:8]}"  # a fresh study in a database shared with other tests
+    logs = [tmp_path / f"w{i}.log" for i in range(3)]
+    _wait([_start(spec_path, storage, key, log, 1000, 0.05) for log in logs])
+    _check_shared_run(load_spec(spec_path), open_storage(storage), key, logs)
+
+
+def _killed_run(tmp_path, storage: str, *extra: str) -> None:
+    """Three workers; one is killed with SIGKILL in mid-trial and a fresh one joins; all finish the spec."""
+    spec_path = _spec(tmp_path, "random", 1)
+    key = f"test-gpu-{uuid.uuid4().hex[:8]}"
+    logs = [tmp_path / f"w{i}.log" for i in range(3)]
+    procs = [_start(spec_path, storage, key, log, 1000, 0.3, *extra) for log in logs]
+    victim, shape, killed = procs[0], load_spec(spec_path).problems[0].label, None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline:
+        lines = [(s, what, rest) for _, s, what, rest in _lines(logs[:1])]
+        if len(lines) >= 3 and lines[-1][:2] == (shape, "begin"):  # in mid-trial (the fake sleeps 0.3 s)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            if _lines(logs[:1])[-1][2] == "begin":  # it did not finish that trial
+                killed = lines[-1][2]
+        time.sleep(0.01)
+    assert killed is not None, "the victim never was in mid-trial"
+    logs.append(tmp_path / "w3.log")
+    procs.append(_start(spec_path, storage, key, logs[-1], 1000, 0.05, *extra))  # the run resumes
+    _wait(procs)
+    _check_shared_run(load_spec(spec_path), open_storage(storage), key, logs, {shape: killed})
+
+
+def test_three_workers_share_a_journal_without_duplicates_or_losses(tmp_path):
+    _shared_run(tmp_path, str(tmp_path / "shared.journal"))
+
+
+def test_a_killed_worker_on_this_host_has_its_configuration_retried_journal(tmp_path):
+    _killed_run(tmp_path, str(tmp_path / "shared.journal"))
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_three_workers_share_a_postgresql_study_without_duplicates_or_losses(pg_url, tmp_path, sampler):
+    _shared_run(tmp_path, pg_url, sampler, shapes=1)  # one shape: CI has 2 cores for three workers and a server
+
+
+def test_a_killed_remote_worker_is_failed_by_its_heartbeat_and_retried_postgresql(pg_url, tmp_path):
+    _killed_run(tmp_path, pg_url, "--remote")
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1:])
