@@ -33,6 +33,9 @@ examples:
   autotune run configs/gemm.yaml --compile-only --arch sm_90 --limit 20
                                                       compile a sample of candidates, no GPU needed
   autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
+  autotune run configs/gemm.yaml --gpus all           one worker per GPU of this host, sharing the studies
+  autotune run configs/gemm.yaml --storage postgresql://user@db/autotune
+                                                      the same on each machine: one study across machines
   autotune run configs/gemm_fp16.yaml                 tensor cores (wmma, mma) for fp16; gemm_bf16.yaml too
   autotune run configs/gemm_skinny.yaml               decode shapes: the skinny template or wmma, with split-K
   autotune run configs/gemm_skinny_fp32.yaml          fp32 decode shapes: SIMT skinny or 3xTF32 tensor cores
@@ -69,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--storage", metavar="URL",
         help="Optuna storage: a journal file path or any storage URL (default runs/<spec>/<gpu-key>.journal)",
+    )  # fmt: skip
+    run.add_argument(
+        "--gpus", metavar="LIST",
+        help="one worker per GPU of this host, e.g. 0,1,2,3 or all; they share the studies (see docs/distributed.md)",
     )  # fmt: skip
     run.add_argument("--runs-dir", default="runs", type=Path, help="where default study journals go (default runs/)")
     run.add_argument("--tuned-dir", default="tuned", type=Path, help="where best configurations go (default tuned/)")
@@ -133,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what --gpus passes on to each GPU's worker
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
@@ -242,7 +250,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise AutotuneError(f"--sampler {problem}")
         spec = replace(spec, sampler=args.sampler)
     if args.compile_only:
+        if args.gpus:
+            raise AutotuneError("--gpus applies to tuning; --compile-only needs no GPU")
         return compile_only(spec, args)
+    if args.gpus:
+        from .gpu_workers import parse_gpus, run_workers, visible_gpu_count
+
+        gpus = parse_gpus(args.gpus, visible_gpu_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return run_workers(args.argv, gpus, args.jobs, args.runs_dir / spec.name / "workers")
     return tune(spec, problems, args)
 
 
@@ -349,6 +364,7 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
     from .compiler import nvrtc_version, require_nvrtc
     from .device import current_gpu
     from .evaluate import Settings
+    from .gpu_workers import WORKER_ENV
     from .kernels import FAMILIES
     from .progress import Progress
     from .report import final_table, problem_name
@@ -372,6 +388,9 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
 
     storage_url = args.storage or default_storage(spec, gpu.key, args.runs_dir)
     storage = open_storage(storage_url)
+    # A storage named by the user may be shared with other workers and GPU models (the default one is this GPU
+    # model's own file): the studies then carry the GPU key, and workers claim what they evaluate.
+    shared = args.storage is not None or WORKER_ENV in os.environ
     settings = Settings(
         arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
         registers_per_block=gpu.registers_per_block, registers_per_sm=gpu.registers_per_sm,
@@ -396,11 +415,14 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
             outcome = tune_shape(
                 spec, problem, shape_settings, storage, trials=trials, minutes=minutes, evaluator=worker,
                 compiler=compiler, prefetch=max(4, 2 * args.jobs), abort_ratio=args.abort_ratio, progress=bar.update,
+                shared=shared, gpu_key=gpu.key if args.storage else "",
             )  # fmt: skip
             repaired = f" ({outcome.repaired} repaired to a feasible neighbour)" if outcome.repaired else ""
             bar.close(f"{outcome.stopped}; {_counts(outcome.statuses)}{repaired}")
             outcomes.append(outcome)
-            if outcome.best is not None:
+            if outcome.final_by:  # another worker re-timed the finalists and stores the winner
+                stored[problem_name(problem)] = f"by {outcome.final_by}"
+            elif outcome.best is not None:
                 entry = _entry(spec, outcome, shape_settings, versions)
                 key = entry_key(problem.dtype, problem.layout, problem.label)
                 result = merge(out_path, header, key, entry, force=args.force, pareto=_pareto(outcome, spec),

@@ -216,5 +216,62 @@ def test_a_killed_remote_worker_is_failed_by_its_heartbeat_and_retried_postgresq
     _killed_run(tmp_path, pg_url, "--remote")
 
 
+def test_gpus_names_each_workers_device():
+    from autotune.gpu_workers import parse_gpus
+
+    assert parse_gpus("all", 4) == ["0", "1", "2", "3"]
+    assert parse_gpus("3, 1", 4) == ["3", "1"]
+    assert parse_gpus("1", 2, visible="4,6") == ["6"]  # the index counts the GPUs this process sees
+
+
+@pytest.mark.parametrize(
+    ("text", "count", "words"),
+    [("x", 4, "indices such as 0,1,2,3"), ("0,4", 4, "no GPU 4; this host has GPUs 0-3"), ("1,1", 4, "named twice"),
+     ("0", 0, "no GPU 0; this host has no GPU"), ("all", 0, "no CUDA GPU is visible")],
+)  # fmt: skip
+def test_a_bad_gpus_list_is_one_clear_error(text, count, words):
+    from autotune.errors import AutotuneError
+    from autotune.gpu_workers import parse_gpus
+
+    with pytest.raises(AutotuneError, match=words):
+        parse_gpus(text, count)
+
+
+def test_each_gpus_worker_gets_its_device_and_a_share_of_the_compile_jobs():
+    from autotune.gpu_workers import WORKER_ENV, worker_commands
+
+    argv = ["-v", "run", "spec.yaml", "--gpus", "0,1,2", "--jobs=16", "--trials", "9"]
+    commands = worker_commands(argv, ["0", "1", "2"], 16)
+    assert [env["CUDA_VISIBLE_DEVICES"] for _, env in commands] == ["0", "1", "2"]
+    assert all(env[WORKER_ENV] for _, env in commands)
+    for cmd, _ in commands:
+        assert cmd[1:] == ["-m", "autotune", "-v", "run", "spec.yaml", "--trials", "9", "--jobs", "5"]
+
+
+def test_gpus_workers_run_side_by_side_and_the_worst_exit_status_counts(tmp_path, monkeypatch, capsys):
+    import autotune.gpu_workers as gw
+
+    script = "import os, sys; print('progress'); print(); print('table ' + os.environ['CUDA_VISIBLE_DEVICES']);"
+    script += " print(); print('results: x'); sys.exit(int(os.environ['CUDA_VISIBLE_DEVICES']) % 2 * 3)"
+
+    def commands(argv, gpus, jobs):
+        return [([sys.executable, "-c", script], {**os.environ, "CUDA_VISIBLE_DEVICES": g}) for g in gpus]
+
+    monkeypatch.setattr(gw, "worker_commands", commands)
+    assert gw.run_workers(["run", "spec.yaml"], ["0", "2"], 4, tmp_path) == 0
+    assert "table 0" in capsys.readouterr().out and (tmp_path / "gpu2.log").read_text().startswith("progress")
+    assert gw.run_workers(["run", "spec.yaml"], ["0", "1"], 4, tmp_path) == 3
+    assert "GPU 1: exit status 3" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_bad_gpus_list_in_one_sentence(tmp_path, capsys):
+    from autotune.cli import main
+
+    spec = _spec(tmp_path, "random", 1)
+    assert main(["run", str(spec), "--gpus", "zero"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--gpus expects 'all' or GPU indices" in err
+
+
 if __name__ == "__main__":
     worker_main(sys.argv[1:])
