@@ -189,9 +189,10 @@ class Claims:
         """A trial was just asked: from now on its death is noticed (a stale heartbeat, or a dead process of
         this host) and its configuration retried."""
         self.mine.add(trial.number)
-        trial.set_user_attr("owner", _owner())
         if self.heartbeat is not None:
             self.heartbeat.record_heartbeat(trial._trial_id)
+        else:  # a journal: a dead process of this host is told by its id
+            trial.set_user_attr("owner", _owner())
 
     def hold(self, trial: Any) -> None:
         with self._lock:
@@ -270,7 +271,7 @@ class Claims:
         if now - self._busy_since > GRACE_S + 120:
             log.warning("other workers still hold %d configurations; ending the search without them", self.elsewhere)
             return False
-        return bool(self.elsewhere or (can_ask and self.retries))
+        return bool(self.elsewhere or (can_ask and self.retries and not self.final_claimed))
 
     def claim(self, trial: Any, key: str, state: Any) -> int | None:
         """Claim configuration ``key`` for ``trial``: None if it is this worker's to evaluate now, else the
@@ -293,6 +294,7 @@ class Claims:
                 return verdict
         trial.set_user_attr("claim", trial.number)
         self.hold(trial)
+        self._busy_since = None  # work again: a later wait for the others starts its own clock
         return None
 
     def _verdict(self, rival: Any) -> int | None:
@@ -319,6 +321,7 @@ class Claims:
         for _ in range(MAX_RETRIES):  # a claimant that dies before it re-times leaves the claim to another
             marker = self.study.ask()
             self.asked(marker)
+            marker.set_user_attr("owner", _owner())  # who re-times, for the others' tables
             marker.set_user_attr("duplicate_of", -1)  # bookkeeping, not a configuration: reports skip it
             marker.set_user_attr(FINAL_MARK, marker.number)
             winner = self._final_winner(marker, self.sync(state))

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
 from autotune.search import FINAL_PLAN, open_storage, study_name  # noqa: E402
+from autotune.space import Config  # noqa: E402
 from autotune.spec import load_spec  # noqa: E402
 from tests.fakes import NAIVE_SPEC, FakeEvaluator  # noqa: E402
 
@@ -155,7 +156,7 @@ def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = 
             assert killed[shape] in searched, "the killed worker's configuration was not evaluated again"
         finals = {w for w, s, what, _ in lines if s == shape and what == "final"}
         assert len(finals) == 1, f"{shape}: finalists re-timed by {sorted(finals) or 'nobody'}"
-        outcomes = [(w, rest.split()) for w, s, what, rest in lines if s == shape and what == "outcome"]
+        outcomes = [(w, rest.split(" ", 1)) for w, s, what, rest in lines if s == shape and what == "outcome"]
         assert len({best for _, (best, _) in outcomes}) == 1, f"{shape}: workers disagree: {outcomes}"
         assert [w for w, (_, by) in outcomes if by == "self"] == sorted(finals)
         study = optuna.load_study(study_name=study_name(spec, problem, key), storage=storage)
@@ -165,6 +166,11 @@ def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = 
             if t.user_attrs.get("status") in ("complete", "pruned") and "duplicate_of" not in t.user_attrs
         )
         assert set(results) == feasible and max(results.values()) == 1
+        if shape in killed:  # the dead worker's trial failed, and its configuration evaluated by a retry of it
+            mine = [t for t in study.trials if t.params and Config.of(t.params).key == killed[shape]]
+            dead = [t for t in mine if t.state == optuna.trial.TrialState.FAIL and "duplicate_of" not in t.user_attrs]
+            retried = [t for t in mine if t.user_attrs.get("status") in ("complete", "pruned")]
+            assert dead and retried and retried[0].user_attrs.get("retry_of") in {t.number for t in dead}
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
