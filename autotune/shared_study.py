@@ -314,7 +314,9 @@ class Claims:
         """Re-time the finalists on exactly one worker of the study: ``(best, front, vendor, final_by)``.
 
         ``retime()`` is this worker's re-timing (best, Pareto front, vendor). The worker that keeps the claim
-        runs it and returns ``final_by=""``; the others wait for its result and return it with its owner.
+        runs it and returns ``final_by=""``; the others wait for its result and return it with its owner. A
+        verdict left by an earlier run, with no complete result since, is taken as it is, with ``final_by=""``
+        (this run stores it: its own worker did so in its run).
         """
         from optuna.trial import TrialState
 
@@ -383,7 +385,7 @@ class Claims:
             t = self.study._storage.get_trial(winner._trial_id)
         if "final_result" not in t.user_attrs:
             return None
-        owner = t.user_attrs.get("owner", "another worker")
+        owner = t.user_attrs.get("owner", "another worker") if t.number > self.start_number else ""
         v = t.user_attrs.get("final_vendor")
         vendor = (v[0], Timing(**v[1])) if v else vendor
         stored = t.user_attrs["final_result"]
