@@ -22,6 +22,7 @@ the winner in that trial's attributes, which the other workers of the study read
 from __future__ import annotations
 
 import logging
+import random
 import time
 import warnings
 from collections.abc import Callable
@@ -39,6 +40,7 @@ HEARTBEAT_S = 5  # a worker records a heartbeat for each trial it holds this oft
 GRACE_S = 20  # a trial whose last heartbeat is older than this is failed and its configuration retried
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 2.0  # how often a worker looks for stale or orphaned trials of other workers
+SCHEMA_ATTEMPTS = 5  # tries to open a database whose tables other workers are creating at the same moment
 MAX_RETRIES = 3  # a configuration whose worker died this often is not enqueued again
 FINAL_MARK = "final_retiming"
 
@@ -57,21 +59,30 @@ def rdb_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S
     )
     # Optuna warns at every ask() that heartbeats are meant for optimize(); the workers record them themselves.
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        kwargs = {"heartbeat_interval": heartbeat_s, "grace_period": grace_s, callback_arg: retry}
+    kwargs = {"heartbeat_interval": heartbeat_s, "grace_period": grace_s, callback_arg: retry}
+    for attempt in range(SCHEMA_ATTEMPTS):
         try:
-            return optuna.storages.RDBStorage(url, **kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, **kwargs)
         except ImportError as exc:  # the database driver
             raise AutotuneError(
                 f"storage {url.split('://')[0]}:// needs a database driver that is not installed ({exc}); "
                 "for PostgreSQL: pip install psycopg2-binary (or psycopg[binary])"
             ) from None
-        except Exception as exc:  # sqlalchemy's OperationalError and the like: no server, wrong database
-            if type(exc).__module__.startswith("sqlalchemy"):
-                first = str(exc).strip().splitlines()[0][:200]
-                raise AutotuneError(f"cannot open the storage {_redact(url)}: {first}") from None
-            raise
+        except Exception as exc:  # sqlalchemy's errors: no server, wrong database, or a race to create the tables
+            if not type(exc).__module__.startswith("sqlalchemy"):
+                raise
+            import sqlalchemy.exc
+
+            # Workers that start together on an empty database all create Optuna's tables: the losers retry.
+            if isinstance(exc, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)):
+                if attempt + 1 < SCHEMA_ATTEMPTS:
+                    time.sleep(0.2 + random.random())
+                    continue
+            first = str(exc).strip().splitlines()[0][:200]
+            raise AutotuneError(f"cannot open the storage {_redact(url)}: {first}") from None
+    raise AssertionError("unreachable")
 
 
 def retry(study: Any, trial: Any) -> None:
