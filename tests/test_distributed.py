@@ -139,7 +139,7 @@ def _feasible(spec, problem) -> set[str]:
     return {c.key for c in feasible_configs(spec, problem, Settings(arch="sm_90", tolerance=1e-5))}
 
 
-def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = None) -> None:
+def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = None, dead_status=None) -> None:
     """No configuration evaluated twice in search, none lost, one final re-timing per shape, one verdict."""
     import optuna
 
@@ -171,6 +171,8 @@ def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = 
             dead = [t for t in same if t.state == optuna.trial.TrialState.FAIL and "duplicate_of" not in t.user_attrs]
             later = [t for t in same if t.user_attrs.get("status") in ("complete", "pruned")]
             assert dead and later and later[0].number > dead[0].number
+            # Failed through its heartbeat (no status), or as an orphan of this host ("interrupted").
+            assert dead[0].user_attrs.get("status") == dead_status
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
@@ -182,7 +184,7 @@ def _shared_run(tmp_path, storage: str, sampler: str = "random", shapes: int = 2
     _check_shared_run(load_spec(spec_path), open_storage(storage), key, logs)
 
 
-def _killed_run(tmp_path, storage: str, *extra: str) -> None:
+def _killed_run(tmp_path, storage: str, *extra: str, dead_status: str | None = None) -> None:
     """Three workers; one is killed with SIGKILL in mid-trial and a fresh one joins; all finish the spec."""
     spec_path = _spec(tmp_path, "random", 1)
     key = f"test-gpu-{uuid.uuid4().hex[:8]}"
@@ -202,7 +204,7 @@ def _killed_run(tmp_path, storage: str, *extra: str) -> None:
     logs.append(tmp_path / "w3.log")
     procs.append(_start(spec_path, storage, key, logs[-1], 1000, 0.05, *extra))  # the run resumes
     _wait(procs)
-    _check_shared_run(load_spec(spec_path), open_storage(storage), key, logs, {shape: killed})
+    _check_shared_run(load_spec(spec_path), open_storage(storage), key, logs, {shape: killed}, dead_status)
 
 
 def test_three_workers_share_a_journal_without_duplicates_or_losses(tmp_path):
@@ -222,7 +224,7 @@ def test_a_rerun_of_a_finished_shared_study_takes_its_verdict_without_evaluating
 
 
 def test_a_killed_worker_on_this_host_has_its_configuration_retried_journal(tmp_path):
-    _killed_run(tmp_path, str(tmp_path / "shared.journal"))
+    _killed_run(tmp_path, str(tmp_path / "shared.journal"), dead_status="interrupted")
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
