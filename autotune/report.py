@@ -180,8 +180,10 @@ def _read_url(url: str) -> list[_Study]:
 
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise AutotuneError(f"{url}: no such SQLite file")
+    from .shared_study import with_driver  # postgresql:// with the PostgreSQL driver that is installed
+
     try:
-        storage = optuna.storages.get_storage(url)
+        storage = optuna.storages.get_storage(with_driver(url))
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
         raise AutotuneError(f"{url} cannot be opened as an Optuna storage ({type(exc).__name__}: {exc})") from None
     studies = _studies_of(storage, url, None, url)

@@ -52,7 +52,7 @@ def rdb_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S
 
     import optuna
 
-    url = _with_driver(url)
+    url = with_driver(url)
     params = inspect.signature(optuna.storages.RDBStorage).parameters
     callback_arg = (
         "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
@@ -100,7 +100,7 @@ def retry(study: Any, trial: Any) -> None:
     study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number, "retries": retries + 1})
 
 
-def _with_driver(url: str) -> str:
+def with_driver(url: str) -> str:
     """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 means psycopg 3 by it, 2.0 psycopg2."""
     import importlib.util
 
