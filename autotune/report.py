@@ -180,7 +180,7 @@ def _read_url(url: str) -> list[_Study]:
 
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise AutotuneError(f"{url}: no such SQLite file")
-    from .shared_study import with_driver  # postgresql:// with the PostgreSQL driver that is installed
+    from .study_database import with_driver  # postgresql:// with the PostgreSQL driver that is installed
 
     try:
         storage = optuna.storages.get_storage(with_driver(url))

@@ -84,7 +84,7 @@ def open_storage(storage: str) -> Any:
     from optuna.storages import JournalStorage
 
     if "://" in storage:  # a database: heartbeats let workers that share it fail a dead one's trials
-        from .shared_study import rdb_storage
+        from .study_database import rdb_storage
 
         return rdb_storage(storage)
     Path(storage).parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,6 @@ the winner in that trial's attributes, which the other workers of the study read
 from __future__ import annotations
 
 import logging
-import random
 import time
 import warnings
 from collections.abc import Callable
@@ -31,58 +30,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from .bench import Timing
-from .errors import AutotuneError
 from .space import Config
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 5  # a worker records a heartbeat for each trial it holds this often
-GRACE_S = 20  # a trial whose last heartbeat is older than this is failed and its configuration retried
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 2.0  # how often a worker looks for stale or orphaned trials of other workers
-SCHEMA_ATTEMPTS = 5  # tries to open a database whose tables other workers are creating at the same moment
 MAX_RETRIES = 3  # a configuration whose worker died this often is not enqueued again
 FINAL_MARK = "final_retiming"
-
-
-def rdb_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> Any:
-    """An Optuna RDB storage for ``url`` with heartbeats: a trial of a killed worker is failed after
-    ``grace_s`` seconds and its configuration enqueued again (Optuna's retry callback)."""
-    import inspect
-
-    import optuna
-
-    url = with_driver(url)
-    params = inspect.signature(optuna.storages.RDBStorage).parameters
-    callback_arg = (
-        "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
-    )
-    # Optuna warns at every ask() that heartbeats are meant for optimize(); the workers record them themselves.
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    kwargs = {"heartbeat_interval": heartbeat_s, "grace_period": grace_s, callback_arg: retry}
-    for attempt in range(SCHEMA_ATTEMPTS):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, **kwargs)
-        except ImportError as exc:  # the database driver
-            raise AutotuneError(
-                f"storage {url.split('://')[0]}:// needs a database driver that is not installed ({exc}); "
-                "for PostgreSQL: pip install psycopg2-binary (or psycopg[binary])"
-            ) from None
-        except Exception as exc:  # sqlalchemy's errors: no server, wrong database, or a race to create the tables
-            if not type(exc).__module__.startswith("sqlalchemy"):
-                raise
-            import sqlalchemy.exc
-
-            # Workers that start together on an empty database all create Optuna's tables: the losers retry.
-            if isinstance(exc, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)):
-                if attempt + 1 < SCHEMA_ATTEMPTS:
-                    time.sleep(0.2 + random.random())
-                    continue
-            first = str(exc).strip().splitlines()[0][:200]
-            raise AutotuneError(f"cannot open the storage {_redact(url)}: {first}") from None
-    raise AssertionError("unreachable")
+WAIT_FOR_OTHERS_S = 140.0  # how long a worker out of candidates waits for the others' (a dead one's: grace + retry)
 
 
 def retry(study: Any, trial: Any) -> None:
@@ -98,26 +54,6 @@ def retry(study: Any, trial: Any) -> None:
         log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
         return
     study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number, "retries": retries + 1})
-
-
-def with_driver(url: str) -> str:
-    """``postgresql://`` with the driver that is installed: SQLAlchemy 2.1 means psycopg 3 by it, 2.0 psycopg2."""
-    import importlib.util
-
-    scheme, sep, rest = url.partition("://")
-    if scheme not in ("postgresql", "postgres"):
-        return url
-    for module, dialect in (("psycopg2", "postgresql+psycopg2"), ("psycopg", "postgresql+psycopg")):
-        if importlib.util.find_spec(module) is not None:
-            return f"{dialect}{sep}{rest}"
-    return url
-
-
-def _redact(url: str) -> str:
-    """The URL without its password."""
-    scheme, _, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    return f"{scheme}://{creds.split(':')[0]}:***@{host}" if at and ":" in creds else url
 
 
 def _heartbeat_storage(study: Any) -> Any | None:
@@ -274,12 +210,12 @@ class Claims:
     def busy(self, state: Any, can_ask: bool) -> bool:
         """Whether this worker, out of candidates, should wait before it ends the search: other workers still
         hold configurations (a dead one's come back as retries), or retries wait and this worker ``can_ask``.
-        Waits a moment first, and gives up after GRACE_S + 120 s of waiting."""
+        Waits a moment first, and gives up after WAIT_FOR_OTHERS_S of waiting."""
         time.sleep(0.05)
         self.sync(state)
         now = time.monotonic()
         self._busy_since = self._busy_since or now
-        if now - self._busy_since > GRACE_S + 120:
+        if now - self._busy_since > WAIT_FOR_OTHERS_S:
             log.warning("other workers still hold %d configurations; ending the search without them", self.elsewhere)
             return False
         return bool(self.elsewhere or (can_ask and self.retries and not self.final_claimed))
@@ -368,7 +304,7 @@ class Claims:
 
     def _wait_for_others(self, state: Any) -> None:
         """Wait until no other worker has a candidate in flight, so the finalists come from every result."""
-        deadline = time.monotonic() + GRACE_S + 120
+        deadline = time.monotonic() + WAIT_FOR_OTHERS_S
         self.sync(state)
         while self.elsewhere and time.monotonic() < deadline:
             time.sleep(0.2)

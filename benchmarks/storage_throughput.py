@@ -87,7 +87,7 @@ def versions(url: str) -> dict:
     import optuna
     import sqlalchemy
 
-    from autotune.shared_study import rdb_storage
+    from autotune.study_database import rdb_storage
 
     v = {"python": sys.version.split()[0], "cupy": cupy.__version__, "optuna": optuna.__version__,
          "sqlalchemy": sqlalchemy.__version__}  # fmt: skip

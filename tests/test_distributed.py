@@ -73,7 +73,7 @@ def worker_main(argv: list[str]) -> None:
     from autotune.compile_pool import CompilePool
     from autotune.evaluate import Settings
     from autotune.search import tune_shape
-    from autotune.shared_study import rdb_storage
+    from autotune.study_database import rdb_storage
     from tests.fakes import fake_compile
 
     spec_path, storage_url, gpu_key, log, trials, delay = argv[:6]
