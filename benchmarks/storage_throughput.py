@@ -103,6 +103,20 @@ def versions(url: str) -> dict:
     return v
 
 
+def write_results(out: Path, gpu, meta: dict, summary: dict, rows: list[dict]) -> Path:
+    """<out>/storage_throughput_<gpu-key>.json (everything) and .csv (one row per run); the common stem."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"storage_throughput_{gpu.key}"
+    stem.with_suffix(".json").write_text(json.dumps({**meta, "summary": summary, "runs": rows}, indent=1) + "\n")
+    with stem.with_suffix(".csv").open("w", newline="") as f:
+        fields = ["gpu", "date", "storage", "shape", "evaluated", "search_s", "configs_per_min", "wall_s", "best_ms"]
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "gpu": gpu.name, "date": meta["date"]})
+    return stem
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pg-url", default=os.environ.get("AUTOTUNE_BENCH_PG_URL"), help="a PostgreSQL storage URL")
@@ -154,15 +168,7 @@ def main() -> int:
                "ratio": round(ratio, 3), "meets_goal": ratio >= GOAL}  # fmt: skip
     print(f"{gpu.name}, {problem.label}, {spec.sampler}: journal {rate['journal']:.1f}/min, PostgreSQL "
           f"{rate['postgresql']:.1f}/min, ratio {ratio:.3f} ({verdict} the goal of {GOAL})")  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"storage_throughput_{gpu.key}"
-    stem.with_suffix(".json").write_text(json.dumps({**meta, "summary": summary, "runs": rows}, indent=1) + "\n")
-    with stem.with_suffix(".csv").open("w", newline="") as f:
-        fields = ["gpu", "date", "storage", "shape", "evaluated", "search_s", "configs_per_min", "wall_s", "best_ms"]
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "gpu": gpu.name, "date": meta["date"]})
+    stem = write_results(args.out, gpu, meta, summary, rows)
     print(f"wrote {stem}.json and .csv")
     return 0
 
