@@ -155,15 +155,15 @@ class Claims:
             self._thread.join(5)
 
     # other workers ------------------------------------------------------------------------------------
-    def maintain(self, force: bool = False) -> None:
+    def maintain(self) -> None:
         """Fail other workers' dead trials (a stale heartbeat, or a dead process of this host) and enqueue
-        their configurations again; at most every MAINTAIN_S seconds unless ``force``."""
+        their configurations again; at most every MAINTAIN_S seconds."""
         import optuna
 
         from .search import _fail_orphans
 
         now = time.monotonic()
-        if not force and now - self._last_maintained < MAINTAIN_S:
+        if now - self._last_maintained < MAINTAIN_S:
             return
         self._last_maintained = now
         if self.heartbeat is not None:
