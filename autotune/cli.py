@@ -31,6 +31,9 @@ examples:
   autotune run configs/gemm.yaml --compile-only --arch sm_90 --limit 20
                                                       compile a sample of candidates, no GPU needed
   autotune run configs/gemm.yaml --storage sqlite:///runs/gemm.db
+  autotune run configs/gemm.yaml --gpus all           one worker per GPU of this host, sharing the studies
+  autotune run configs/gemm.yaml --storage postgresql://user@db/autotune
+                                                      the same on each machine: one study across machines
   autotune run configs/gemm_fp16.yaml                 tensor cores (wmma, mma) for fp16; gemm_bf16.yaml too
   autotune run configs/gemm_skinny.yaml               decode shapes: the skinny template or wmma, with split-K
   autotune run configs/gemm_skinny_fp32.yaml          fp32 decode shapes: SIMT skinny or 3xTF32 tensor cores
@@ -77,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--storage", metavar="URL",
         help="Optuna storage: a journal file path or any storage URL (default runs/<spec>/<gpu-key>.journal)",
+    )  # fmt: skip
+    run.add_argument(
+        "--gpus", metavar="LIST",
+        help="one worker per GPU of this host, e.g. 0,1,2,3 or all; they share the studies (see docs/distributed.md)",
     )  # fmt: skip
     run.add_argument("--runs-dir", default="runs", type=Path, help="where default study journals go (default runs/)")
     run.add_argument("--tuned-dir", default="tuned", type=Path, help="where best configurations go (default tuned/)")
@@ -144,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what --gpus passes on to each GPU's worker
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
@@ -305,7 +313,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise AutotuneError(f"--sampler {problem}")
         spec = replace(spec, sampler=args.sampler)
     if args.compile_only:
+        if args.gpus:
+            raise AutotuneError("--gpus applies to tuning; --compile-only needs no GPU")
         return compile_only(spec, args)
+    if args.gpus:
+        from .gpu_workers import parse_gpus, run_workers, visible_gpu_count
+
+        gpus = parse_gpus(args.gpus, visible_gpu_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return run_workers(args.argv, gpus, args.jobs, args.runs_dir / spec.name / "workers")
     return tune(spec, problems, args)
 
 
@@ -458,9 +473,14 @@ def _is_workload_file(path: str) -> bool:
 def _run_options(args: argparse.Namespace) -> Any:
     from .session import RunOptions
 
+    from .gpu_workers import WORKER_ENV
+
+    # A storage named by the user may be shared with other workers and GPU models (the default one is this GPU
+    # model's own file): the studies then carry the GPU key, and workers claim what they evaluate.
     return RunOptions(
         tuned_dir=args.tuned_dir, runs_dir=args.runs_dir, storage=args.storage, jobs=args.jobs, timeout=args.timeout,
         abort_ratio=args.abort_ratio, force=args.force, energy=args.energy, verbose=args.verbose,
+        shared=args.storage is not None or WORKER_ENV in os.environ,
     )  # fmt: skip
 
 

@@ -192,8 +192,10 @@ def _read_url(url: str) -> list[_Study]:
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise AutotuneError(f"{redact(url)}: no such SQLite file")
     check_url(url)
+    from .study_database import with_driver  # postgresql:// with the PostgreSQL driver that is installed
+
     try:
-        storage = optuna.storages.get_storage(url)
+        storage = optuna.storages.get_storage(with_driver(url))
     except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise AutotuneError(

@@ -66,6 +66,7 @@ class ShapeOutcome:
     stopped: str = ""
     pareto: tuple[TrialResult, ...] = ()  # time-energy front (re-measured), fastest first; energy runs only
     repaired: int = 0  # infeasible proposals of the sampler replaced by their nearest feasible configuration
+    final_by: str = ""  # the worker that re-timed the finalists, when another worker of a shared study did
 
     @property
     def vendor_ratio(self) -> float | None:
@@ -87,10 +88,14 @@ def open_storage(storage: str) -> Any:
     """
     import optuna
 
-    if "://" in storage:
+    if "://" in storage:  # a database: heartbeats let workers that share it fail a dead one's trials
+        from .study_database import rdb_storage
+
         check_url(storage)
         try:
-            return optuna.storages.get_storage(storage)
+            return rdb_storage(storage)
+        except AutotuneError:
+            raise
         except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise AutotuneError(
@@ -190,8 +195,10 @@ def _need(module: str, sampler: str) -> None:
         raise AutotuneError(f"sampler {sampler!r} needs the package {module!r}; install it with pip install {module}")
 
 
-def study_name(spec: Spec, problem: Any) -> str:
-    """``gemm.simt.float32.4096x4096x4096.<template hash>.<space hash>``.
+def study_name(spec: Spec, problem: Any, gpu_key: str = "") -> str:
+    """``gemm.simt.float32.4096x4096x4096.<template hash>.<space hash>[.<gpu key>]``.
+
+    A storage shared by several GPU models (a database) names the GPU model, so that they never share a study.
 
     A changed template or a changed space (values, conditions, constraints) starts a fresh study: Optuna
     cannot mix parameter distributions, and configurations recorded as invalid under old constraints must
@@ -204,7 +211,8 @@ def study_name(spec: Spec, problem: Any) -> str:
     digest = hashlib.sha256(space.encode()).hexdigest()[:6]
     template = template_hash(spec.kernel, spec.template)[:8]
     shape = problem.label if problem.layout == "NN" else f"{problem.label}.{problem.layout}"
-    return f"{spec.kernel}.{spec.template}.{problem.dtype}.{shape}.{template}.{digest}"
+    gpu = f".{gpu_key}" if gpu_key else ""
+    return f"{spec.kernel}.{spec.template}.{problem.dtype}.{shape}.{template}.{digest}{gpu}"
 
 
 _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
@@ -306,7 +314,12 @@ def orphan_reason(trial: Any, host: str | None = None) -> str | None:
 
 
 def fail_orphans(study: Any, storage: Any) -> int:
-    """Fail the study's RUNNING trials that no live process will finish, each with its reason; how many.
+    """Fail the study's RUNNING trials that no live process will finish, each with its reason; how many."""
+    return len(failed_orphans(study, storage))
+
+
+def failed_orphans(study: Any, storage: Any) -> list[Any]:
+    """Fail the study's RUNNING trials that no live process will finish, each with its reason; return them.
 
     Public Optuna API only: the reason goes in through the storage's ``set_trial_user_attr`` and the trial
     ends with ``study.tell(number, state=FAIL)``.
@@ -315,7 +328,7 @@ def fail_orphans(study: Any, storage: Any) -> int:
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
-    failed = 0
+    failed: list[Any] = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         reason = orphan_reason(t)
         if reason is None:
@@ -327,9 +340,9 @@ def fail_orphans(study: Any, storage: Any) -> int:
         except UpdateFinishedTrialError:  # another process starting at the same time failed it first
             continue
         study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-        failed += 1
+        failed.append(t)
     if failed:
-        log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, failed)
+        log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, len(failed))
     return failed
 
 
@@ -345,6 +358,7 @@ class _State:
     best_ms: float | None = None
     nearest: Nearest | None = None  # repairs a model-based sampler's infeasible proposals
     repaired: int = 0
+    claims: Any = None  # a study shared with other workers: autotune.shared_study.Claims
 
     def record(self, trial: Any, r: TrialResult, new: bool) -> None:
         self.seen[r.config.key] = (trial, r)
@@ -379,15 +393,19 @@ def tune_shape(
     prefetch: int = 4,
     abort_ratio: float | None = ABORT_RATIO,
     progress: Callable[[int, str], None] = lambda done, note: None,
+    shared: bool = False,
+    gpu_key: str = "",
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
     ``prefetch`` candidates are compiled ahead of the one on the GPU. ``evaluator`` runs candidates
-    (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them.
+    (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them. ``shared``: other
+    workers tune the same study at the same time (see :mod:`autotune.shared_study`); the trial budget is then the
+    study's, and one worker re-times the finalists. ``gpu_key`` goes into the study's name.
     """
     import optuna
 
-    name = study_name(spec, problem)
+    name = study_name(spec, problem, gpu_key)
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed),
         directions=["minimize"] * len(spec.objectives), load_if_exists=True,
@@ -396,9 +414,15 @@ def tune_shape(
         settings = replace(settings, energy=True)
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
-    fail_orphans(study, storage)
+    orphans = failed_orphans(study, storage)
     feasible = feasible_configs(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
+    if shared:
+        from .shared_study import Claims, retry
+
+        state.claims = Claims(study)
+        for t in orphans:  # another worker may have passed their configurations by: evaluate them again
+            retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
         state.nearest = Nearest(spec.space, feasible, spec.seed)
     for t in study.get_trials(deepcopy=False):
@@ -423,7 +447,10 @@ def tune_shape(
         """Ask for candidates until ``prefetch`` are in flight; ``running`` is the one on the GPU now."""
         nonlocal exhausted
         while not exhausted and len(inflight) < prefetch:
-            if trials is not None and state.evaluated + len(inflight) + (running is not None) >= trials:
+            elsewhere = state.claims.others(state) if state.claims else 0  # held by other workers of the study
+            if trials is not None and state.evaluated + len(inflight) + (running is not None) + elsewhere >= trials:
+                return
+            if state.claims and state.claims.final_claimed:  # another worker has ended the shape's search
                 return
             keys = {c.candidate.config.key for _, c, _ in inflight} | ({running} if running else set())
             item = _ask_one(spec, study, problem, settings, state, proposals, keys)
@@ -442,7 +469,12 @@ def tune_shape(
             break
         refill()
         if not inflight:
+            if state.claims and state.claims.busy(state, can_ask=trials is None or state.evaluated < trials):
+                exhausted = False  # other workers still hold configurations, which come back here if they die
+                continue
             stopped = "search space exhausted" if exhausted else f"trial budget of {trials} reached"
+            if state.claims and state.claims.final_claimed and not exhausted:
+                stopped = f"search ended by {state.claims.final_claimed}"
             break
         item = _next_compiled(inflight, compiler, deadline)
         if item is None:  # the budget ended while every candidate in flight was still compiling
@@ -459,6 +491,8 @@ def tune_shape(
         else:
             r = evaluator.measure(compiled, run_settings)
         _tell(study, trial, r, objectives=spec.objectives)
+        if state.claims:
+            state.claims.release(trial)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
     from optuna.trial import TrialState
@@ -466,16 +500,30 @@ def tune_shape(
     for trial, _, _ in inflight:  # asked but not run before the budget ended: free for a later run
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
+        if state.claims:
+            state.claims.release(trial)
 
-    best = _final_best(spec, problem, settings, state, evaluator, compiler)
-    front = _final_front(spec, problem, settings, state, evaluator, compiler) if spec.measures_energy else ()
-    if spec.objectives == ("energy",) and front:
-        best = min(front, key=lambda r: r.energy_j)  # type: ignore[arg-type, return-value]
-    if best is not None and vendor is not None:
-        vendor = evaluator.vendor(spec.kernel, problem, FINAL_PLAN)  # same long plan as the re-timed winner
+    def retime() -> tuple[TrialResult | None, tuple[TrialResult, ...], tuple[str, Timing] | None]:
+        best = _final_best(spec, problem, settings, state, evaluator, compiler)
+        front = _final_front(spec, problem, settings, state, evaluator, compiler) if spec.measures_energy else ()
+        if spec.objectives == ("energy",) and front:
+            best = min(front, key=lambda r: r.energy_j)  # type: ignore[arg-type, return-value]
+        final_vendor = vendor
+        if best is not None and vendor is not None:
+            final_vendor = evaluator.vendor(spec.kernel, problem, FINAL_PLAN)  # same long plan as the winner
+        return best, front, final_vendor
+
+    final_by = ""
+    if state.claims is None:
+        best, front, vendor = retime()
+    else:  # one worker of the study re-times; the others take its verdict
+        try:
+            best, front, vendor, final_by = state.claims.final(state, retime, vendor)
+        finally:
+            state.claims.close()
     return ShapeOutcome(
         problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
-        state.evaluated, state.new, dict(state.statuses), stopped, front, state.repaired,
+        state.evaluated, state.new, dict(state.statuses), stopped, front, state.repaired, final_by,
     )  # fmt: skip
 
 
@@ -535,12 +583,15 @@ def _ask_one(
 
     repaired: dict[str, Any] | None = None
     while True:
-        if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) >= len(state.feasible):
+        elsewhere = state.claims.others(state) if state.claims else 0
+        if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
             return None
         fixed, repaired = repaired if repaired is not None else next(proposals, None), None
-        if fixed is None and spec.sampler in ("brute", "random"):
+        if fixed is None and spec.sampler in ("brute", "random") and not (state.claims and state.claims.retries):
             return None
         trial = _ask_owned(study, fixed)
+        if state.claims:
+            state.claims.asked(trial)
         values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
         config = Config.of(values)
         if config.key in state.seen:
@@ -563,6 +614,15 @@ def _ask_one(
             state.record(trial, r, new=True)
             state.stale += 1
             repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
+            continue
+        holder = state.claims.claim(trial, config.key, state) if state.claims else None
+        if holder is not None:  # another worker holds it, or has finished it (then answered from its result)
+            if config.key in state.seen:
+                _tell(study, trial, state.seen[config.key][1], {"duplicate_of": holder}, spec.objectives)
+            else:
+                trial.set_user_attr("duplicate_of", holder)
+                study.tell(trial, state=TrialState.PRUNED)
+            state.stale += 1
             continue
         state.stale = 0
         return trial, render_candidate(candidate, settings)

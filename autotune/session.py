@@ -30,6 +30,7 @@ class RunOptions:
     force: bool = False
     energy: bool = False
     verbose: int = 0
+    shared: bool = False  # the storage is shared with other workers: claim configurations, GPU key in study names
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,10 @@ class TuningSession:
         outcome = tune_shape(
             spec, problem, settings, self.storage(spec), trials=trials, minutes=minutes, evaluator=self.worker,
             compiler=self.compiler, prefetch=max(4, 2 * self.options.jobs), abort_ratio=self.options.abort_ratio,
-            progress=progress,
+            progress=progress, shared=self.options.shared, gpu_key=self.gpu.key if self.options.storage else "",
         )  # fmt: skip
+        if outcome.final_by:  # another worker re-timed the finalists and stores the winner
+            return ProblemResult(outcome, f"by {outcome.final_by}")
         if outcome.best is None:
             return ProblemResult(outcome, "no (nothing verified)")
         return ProblemResult(outcome, self._store(spec, problem, outcome, settings))

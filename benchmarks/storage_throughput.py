@@ -1,0 +1,177 @@
+"""Configurations evaluated per minute: the journal default against a PostgreSQL-backed shared study, same spec.
+
+    python3 benchmarks/storage_throughput.py --pg-url postgresql://USER@/DB?host=/SOCKET/DIR \\
+        [--spec configs/gemm.yaml] [--shape 4096x4096x4096] [--trials 150] [--rounds 2] [--out benchmarks/results]
+
+Each run tunes one shape of the spec from a fresh study with a fixed trial budget, in this process, on this GPU:
+the GPU worker and the compile pool that ``autotune run`` uses, and the same settings. The journal run is the
+default (``runs/<spec>/<gpu-key>.journal``, no claims); the PostgreSQL run is what ``--storage URL`` does (claims
+in the storage, heartbeats, the GPU key in the study name). Runs alternate journal, PostgreSQL, PostgreSQL,
+journal, ... so a drift of the GPU or a warming cache favours neither.
+
+The rate of a run is its evaluated configurations per minute of search, from its first evaluation to its last
+(the start-up, the vendor's timing and the final re-timing are the same for both and left out); the wall time of
+the whole run is recorded beside it. Goal (issue 27): PostgreSQL at least 0.9 times the journal's rate.
+Writes <out>/storage_throughput_<gpu-key>.json and .csv with the GPU, versions and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GOAL = 0.9
+
+
+def run_once(spec, problem, storage_kind: str, url: str, trials: int, jobs: int, gpu, workdir: Path) -> dict:
+    """Tune ``problem`` from a fresh study on the journal or on PostgreSQL; the run's counts and times."""
+    from autotune.compile_pool import CompilePool
+    from autotune.search import SEARCH_PLAN, default_storage, open_storage, tune_shape
+    from autotune.worker import GPUWorker
+
+    if storage_kind == "journal":
+        storage_url, shared, gpu_key = default_storage(spec, gpu.key, workdir / uuid.uuid4().hex), False, ""
+    else:
+        storage_url, shared, gpu_key = url, True, f"{gpu.key}.bench-{uuid.uuid4().hex[:8]}"  # a fresh study
+    storage = open_storage(storage_url)
+    settings = replace(_settings(spec, gpu), timing=SEARCH_PLAN)
+    stamps: list[tuple[float, int]] = []
+    t0 = time.perf_counter()
+    with GPUWorker() as worker, CompilePool(gpu.arch, jobs=jobs, timeout_s=120.0) as compiler:
+        worker.warm()
+        compiler.warm()
+        out = tune_shape(
+            spec, problem, settings, storage, trials=trials, minutes=None, evaluator=worker, compiler=compiler,
+            prefetch=max(4, 2 * jobs), progress=lambda done, note: stamps.append((time.perf_counter(), done)),
+            shared=shared, gpu_key=gpu_key,
+        )  # fmt: skip
+    wall = time.perf_counter() - t0
+    (first_t, first_n), (last_t, last_n) = stamps[0], stamps[-1]
+    search_s = last_t - first_t
+    rate = (last_n - first_n) / search_s * 60 if search_s > 0 else float("nan")
+    return {
+        "storage": storage_kind, "shape": problem.label, "evaluated": out.new, "search_s": round(search_s, 3),
+        "configs_per_min": round(rate, 2), "wall_s": round(wall, 2), "statuses": out.statuses,
+        "best_ms": out.best.median_ms if out.best else None, "best": out.best.kernel_name if out.best else None,
+        "study": out.study_name,
+    }  # fmt: skip
+
+
+def _settings(spec, gpu):
+    """What ``autotune run`` tunes with on this GPU (autotune.cli.tune)."""
+    from autotune.evaluate import Settings
+    from autotune.verify import tolerance_for
+
+    return Settings(
+        arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
+        registers_per_block=gpu.registers_per_block, registers_per_sm=gpu.registers_per_sm,
+        shared_per_sm=gpu.shared_per_sm, threads_per_sm=gpu.threads_per_sm, seed=spec.seed, timeout_s=30.0,
+    )  # fmt: skip
+
+
+def versions(url: str) -> dict:
+    import cupy
+    import optuna
+    import sqlalchemy
+
+    from autotune.study_database import rdb_storage
+
+    v = {"python": sys.version.split()[0], "cupy": cupy.__version__, "optuna": optuna.__version__,
+         "sqlalchemy": sqlalchemy.__version__}  # fmt: skip
+    try:
+        import psycopg2
+
+        v["psycopg2"] = psycopg2.__version__.split()[0]
+    except ImportError:
+        pass
+    engine = rdb_storage(url).engine
+    with engine.connect() as conn:
+        v["postgresql"] = conn.execute(sqlalchemy.text("select version()")).scalar().split(",")[0]
+    return v
+
+
+def write_results(out: Path, gpu, meta: dict, summary: dict, rows: list[dict]) -> Path:
+    """<out>/storage_throughput_<gpu-key>.json (everything) and .csv (one row per run); the common stem."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"storage_throughput_{gpu.key}"
+    stem.with_suffix(".json").write_text(json.dumps({**meta, "summary": summary, "runs": rows}, indent=1) + "\n")
+    with stem.with_suffix(".csv").open("w", newline="") as f:
+        fields = ["gpu", "date", "storage", "shape", "evaluated", "search_s", "configs_per_min", "wall_s", "best_ms"]
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "gpu": gpu.name, "date": meta["date"]})
+    return stem
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pg-url", default=os.environ.get("AUTOTUNE_BENCH_PG_URL"), help="a PostgreSQL storage URL")
+    ap.add_argument("--spec", default=str(ROOT / "configs" / "gemm.yaml"))
+    ap.add_argument("--shape", default="4096x4096x4096", help="one shape of the spec")
+    ap.add_argument("--trials", type=int, default=150, help="evaluated configurations per run")
+    ap.add_argument("--rounds", type=int, default=2, help="pairs of runs (journal and PostgreSQL, order alternating)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
+    ap.add_argument("--sampler", help="override the spec's sampler")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    if not args.pg_url:
+        print("storage_throughput: no PostgreSQL URL; pass --pg-url or set AUTOTUNE_BENCH_PG_URL", file=sys.stderr)
+        return 2
+
+    from autotune.device import current_gpu
+    from autotune.errors import AutotuneError
+    from autotune.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+        if args.sampler:
+            spec = replace(spec, sampler=args.sampler)
+        problem = next((p for p in spec.problems if p.label == args.shape), None)
+        if problem is None:
+            print(f"storage_throughput: {args.spec} has no shape {args.shape}", file=sys.stderr)
+            return 2
+        gpu = current_gpu()
+        meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"driver": gpu.driver, **versions(args.pg_url)},
+                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "spec": args.spec,
+                "sampler": spec.sampler, "trials": args.trials, "jobs": args.jobs, "goal": GOAL}  # fmt: skip
+    except AutotuneError as exc:
+        print(f"storage_throughput: {exc}", file=sys.stderr)
+        return 2
+    order = []
+    for i in range(args.rounds):
+        order += ["journal", "postgresql"] if i % 2 == 0 else ["postgresql", "journal"]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in order:
+            row = run_once(spec, problem, kind, args.pg_url, args.trials, args.jobs, gpu, Path(tmp))
+            rows.append(row)
+            print(f"{kind:10s} {row['evaluated']:4d} evaluated in {row['search_s']:7.1f} s of search: "
+                  f"{row['configs_per_min']:7.1f} configurations/min (whole run {row['wall_s']:.0f} s)")  # fmt: skip
+    rate = {k: statistics.mean(r["configs_per_min"] for r in rows if r["storage"] == k) for k in set(order)}
+    ratio = rate["postgresql"] / rate["journal"]
+    verdict = "meets" if ratio >= GOAL else "MISSES"
+    summary = {"journal_per_min": round(rate["journal"], 2), "postgresql_per_min": round(rate["postgresql"], 2),
+               "ratio": round(ratio, 3), "meets_goal": ratio >= GOAL}  # fmt: skip
+    print(f"{gpu.name}, {problem.label}, {spec.sampler}: journal {rate['journal']:.1f}/min, PostgreSQL "
+          f"{rate['postgresql']:.1f}/min, ratio {ratio:.3f} ({verdict} the goal of {GOAL})")  # fmt: skip
+    stem = write_results(args.out, gpu, meta, summary, rows)
+    print(f"wrote {stem}.json and .csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
