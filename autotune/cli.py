@@ -471,9 +471,8 @@ def _is_workload_file(path: str) -> bool:
 
 
 def _run_options(args: argparse.Namespace) -> Any:
-    from .session import RunOptions
-
     from .gpu_workers import WORKER_ENV
+    from .session import RunOptions
 
     # A storage named by the user may be shared with other workers and GPU models (the default one is this GPU
     # model's own file): the studies then carry the GPU key, and workers claim what they evaluate.

@@ -86,7 +86,6 @@ def open_storage(storage: str) -> Any:
     A bad URL, a missing database driver or an unreadable journal is one sentence (AutotuneError). A journal
     whose last record was cut short is repaired first: the fragment is set aside beside it (one warning).
     """
-    import optuna
 
     if "://" in storage:  # a database: heartbeats let workers that share it fail a dead one's trials
         from .study_database import rdb_storage
@@ -420,7 +419,7 @@ def tune_shape(
     if shared:
         from .shared_study import Claims, retry
 
-        state.claims = Claims(study)
+        state.claims = Claims(study, storage)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already

@@ -56,14 +56,12 @@ def retry(study: Any, trial: Any) -> None:
     study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number, "retries": retries + 1})
 
 
-def _heartbeat_storage(study: Any) -> Any | None:
-    """The study's storage if it records heartbeats (RDB with an interval), else None."""
+def _heartbeat_storage(storage: Any) -> Any | None:
+    """``storage`` if it records heartbeats (an RDB storage with an interval), else None."""
     from optuna.storages import RDBStorage
 
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)  # Optuna wraps RDB storages in a cache
-    if isinstance(backend, RDBStorage) and backend.get_heartbeat_interval():
-        return backend
+    if isinstance(storage, RDBStorage) and storage.get_heartbeat_interval():
+        return storage
     return None
 
 
@@ -97,11 +95,12 @@ def _result(t: Any, config: Config | None = None) -> Any | None:
 class Claims:
     """One worker's view of a shared study: what other workers hold and have finished, and its heartbeats."""
 
-    def __init__(self, study: Any) -> None:
+    def __init__(self, study: Any, storage: Any) -> None:
         import threading
 
-        self.study = study
-        self.heartbeat = _heartbeat_storage(study)
+        self.study, self.storage = study, storage  # the storage the study was opened on (public API only)
+        self.study_id = storage.get_study_id_from_name(study.study_name)
+        self.heartbeat = _heartbeat_storage(storage)
         trials = study.get_trials(deepcopy=False)
         self.start_number = max((t.number for t in trials), default=-1)  # final claims up to here are old
         self.mine: set[int] = set()  # numbers of this worker's trials
@@ -137,17 +136,21 @@ class Claims:
         this host) and its configuration retried."""
         self.mine.add(trial.number)
         if self.heartbeat is not None:
-            self.heartbeat.record_heartbeat(trial._trial_id)
+            self.heartbeat.record_heartbeat(self.trial_id(trial))
         else:  # a journal: a dead process of this host is told by its id
             trial.set_user_attr("owner", _owner())
 
     def hold(self, trial: Any) -> None:
         with self._lock:
-            self._held.add(trial._trial_id)
+            self._held.add(self.trial_id(trial))
 
     def release(self, trial: Any) -> None:
         with self._lock:
-            self._held.discard(trial._trial_id)
+            self._held.discard(self.trial_id(trial))
+
+    def trial_id(self, trial: Any) -> int:
+        """The storage's id of a trial of this study (Trial and FrozenTrial keep theirs private)."""
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
     def close(self) -> None:
         self._stop.set()
@@ -160,7 +163,7 @@ class Claims:
         their configurations again; at most every MAINTAIN_S seconds."""
         import optuna
 
-        from .search import _fail_orphans
+        from .search import failed_orphans
 
         now = time.monotonic()
         if now - self._last_maintained < MAINTAIN_S:
@@ -170,7 +173,7 @@ class Claims:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(self.study)  # the storage's callback (retry) enqueues each
-        for t in _fail_orphans(self.study):
+        for t in failed_orphans(self.study, self.storage):
             retry(self.study, t)
 
     def sync(self, state: Any) -> list[Any]:
@@ -248,7 +251,7 @@ class Claims:
         """Wait for a higher-numbered claimant's decision: its number if it kept the claim, else None."""
         deadline = time.monotonic() + VERDICT_WAIT_S
         while time.monotonic() < deadline:
-            t = self.study._storage.get_trial(rival._trial_id)
+            t = self.storage.get_trial(self.trial_id(rival))
             if _kept(t):
                 return t.number
             if t.state.is_finished():
@@ -329,7 +332,7 @@ class Claims:
         while not t.state.is_finished() and time.monotonic() < deadline:
             time.sleep(0.2)
             self.maintain()
-            t = self.study._storage.get_trial(winner._trial_id)
+            t = self.storage.get_trial(self.trial_id(winner))
         if "final_result" not in t.user_attrs:
             return None
         owner = t.user_attrs.get("owner", "another worker") if t.number > self.start_number else ""
