@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma, gemm_wmma
+from . import gemm_mma, gemm_skinny, gemm_skinny_nt, gemm_skinny_tc, gemm_skinny_wgmma, gemm_wmma
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "tfloat32": 4}
@@ -95,6 +95,7 @@ MODULES: dict[str, Any] = {
     "skinny": gemm_skinny,
     "skinny_tc": gemm_skinny_tc,
     "skinny_wgmma": gemm_skinny_wgmma,
+    "skinny_nt": gemm_skinny_nt,
 }
 
 

@@ -1,0 +1,175 @@
+"""Skinny-M GEMM in nn.Linear's layout (decode): C[M,N] = alpha * A[M,K] @ W[N,K]^T + beta * C, fp32 accumulation.
+
+The template is templates/gemm/skinny_nt.cu.j2. W (N x K, row-major, the weight as nn.Linear stores it) is read
+once and in place with vector loads along K; A is small and read at the same K positions, each value reused for
+the R rows of W a warp owns. Every derived quantity is computed here and only here; the template receives them in
+its render context and mirrors each check with a ``static_assert``.
+
+A block has WARPS_N x WARPS_K warps. A warp owns R consecutive rows of W and sweeps K in steps of 32 * VEC
+elements (VEC contiguous elements per lane), U steps in flight, its steps interleaved with the other WARPS_K warps
+of its rows. A lane accumulates MT rows of C x R columns; lanes are summed with warp shuffles, warps through shared
+memory. The grid is (ceil(M / MT) row groups, ceil(N / (WARPS_N * R)) column strips, SPLIT_K slices of K).
+
+Example::
+
+    >>> p = dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1)
+    >>> launch(p, Problem(4, 4096, 4096, "float16", "NT")).grid
+    (1, 512, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import Launch, Params
+
+PARAMS: tuple[str, ...] = ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB")
+KINDS: tuple[tuple[str, str], ...] = ()
+DESCRIPTION = "skinny-M GEMM in nn.Linear's layout (NT): W read once in place along K, lanes reduced by shuffles"
+
+DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2)}
+LAYOUTS = ("NT", "TT")  # W stored N x K; A row-major (NT) or stored K x M (TT, read with scalar loads)
+VECS = (1, 2, 4, 8)
+MAX_THREADS = 1024
+MAX_ACCUMULATORS = 128  # MT * R floats per thread
+MAX_IN_FLIGHT = 32  # R * U rows x steps of W loaded before their FMAs
+MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
+REGS_PER_SM = 65536
+REG_SLACK = 24  # registers beyond accumulators, W in flight and converted operands (addresses, loop state)
+MAX_SHARED = 48 * 1024  # the cross-warp reduction; below the default dynamic limit
+MAX_GRID_YZ = 65535
+MAX_PARTIAL_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The shape a launch needs (the framework's GemmProblem works the same)."""
+
+    M: int
+    N: int
+    K: int
+    dtype: str
+    layout: str = "NT"
+
+
+def variant(dtype: str, layout: str) -> dict[str, Any]:
+    """The dtype/layout keys of the render context, e.g. variant("float16", "NT")["T"] == "__half"."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)} (W stored N x K)")
+    t, es = DTYPES[dtype]
+    return {"DTYPE": dtype, "T": t, "ES": es, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": True}
+
+
+def words(vec: int, es: int) -> int:
+    """32-bit registers holding VEC elements of es bytes (at least one)."""
+    return max(1, vec * es // 4)
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Threads, tile sizes and shared memory of a configuration (none of them depend on the dtype)."""
+    p = params
+    threads = 32 * p["WARPS_N"] * p["WARPS_K"]
+    bn = p["WARPS_N"] * p["R"]
+    return {
+        "THREADS": threads,
+        "BN": bn,
+        "KSTEP": 32 * p["VEC"],
+        "SHARED_BYTES": p["WARPS_K"] * bn * p["MT"] * 4,
+        "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
+    }
+
+
+def register_estimate(params: Params, es: int) -> int:
+    """Registers a thread needs for elements of es bytes: accumulators, W in flight, converted W and A, slack."""
+    p = params
+    return p["MT"] * p["R"] + p["R"] * p["U"] * words(p["VEC"], es) + p["R"] * p["VEC"] + 2 * p["VEC"] + REG_SLACK
+
+
+def check(params: Params) -> str | None:
+    """Why this configuration can never be built, or None. Mirrored by the template's static_asserts."""
+    p = params
+    if p["VEC"] not in VECS:
+        return f"VEC must be one of {', '.join(map(str, VECS))}"
+    threads = 32 * p["WARPS_N"] * p["WARPS_K"]
+    if threads > MAX_THREADS:
+        return f"WARPS_N*WARPS_K = {threads // 32} warps exceed {MAX_THREADS} threads per block"
+    if threads * p["MINB"] > MAX_THREADS_PER_SM:
+        return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
+    if p["MT"] * p["R"] > MAX_ACCUMULATORS:
+        return f"MT*R = {p['MT'] * p['R']} accumulators per thread exceeds {MAX_ACCUMULATORS}"
+    if p["R"] * p["U"] > MAX_IN_FLIGHT:
+        return f"R*U = {p['R'] * p['U']} rows x steps of W in flight per thread exceeds {MAX_IN_FLIGHT}"
+    if p["SPLIT_K"] > MAX_GRID_YZ:
+        return f"SPLIT_K = {p['SPLIT_K']} exceeds the grid's z limit of {MAX_GRID_YZ}"
+    d = derived(p)
+    if d["SHARED_BYTES"] > MAX_SHARED:
+        return f"the warp sums need {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
+    # Registers are counted for 16-bit elements here, the cheapest dtype; check_problem counts the real one.
+    if register_estimate(p, 2) > d["REG_CAP"]:
+        return (
+            f"needs about {register_estimate(p, 2)} registers per thread, more than the {d['REG_CAP']} that "
+            f"MINB = {p['MINB']} blocks of {threads} threads allow"
+        )
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    d = derived(params)
+    grid = (-(-problem.M // params["MT"]), -(-problem.N // d["BN"]), params["SPLIT_K"])
+    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats of `partial`, unsigned `counters`) the launch needs; counters must start at zero."""
+    if params["SPLIT_K"] == 1:
+        return 0, 0
+    grid = launch(params, problem).grid
+    return params["SPLIT_K"] * problem.M * problem.N, grid[0] * grid[1]
+
+
+def check_problem(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot run this problem, or None."""
+    if problem.dtype not in DTYPES:
+        return f"dtype {problem.dtype} is not supported by the skinny_nt template ({', '.join(DTYPES)})"
+    if problem.layout not in LAYOUTS:
+        return (
+            f"layout {problem.layout} is not supported by the skinny_nt template, which reads B stored N x K "
+            f"({' or '.join(LAYOUTS)}; nn.Linear's weight is NT)"
+        )
+    if min(problem.M, problem.N, problem.K) < 1:
+        return "M, N and K must be at least 1"
+    es = DTYPES[problem.dtype][1]
+    regs, cap = register_estimate(params, es), derived(params)["REG_CAP"]
+    if regs > cap:
+        return f"needs about {regs} registers per thread for {problem.dtype}, more than the {cap} MINB allows"
+    grid = launch(params, problem).grid
+    if grid[1] > MAX_GRID_YZ:
+        return f"needs {grid[1]} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger WARPS_N*R"
+    if scratch(params, problem)[0] * 4 > MAX_PARTIAL_BYTES:
+        return f"split-K partials need {scratch(params, problem)[0] * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
+    return None
+
+
+def kernel_name(params: Params, dtype: str, layout: str) -> str:
+    parts = [f"{k.lower()}{int(params[k])}" for k in PARAMS]
+    return "_".join(["gemm_skinny_nt", dtype, layout.lower(), *parts])
+
+
+def render(params: Params, dtype: str, layout: str, kernel_name: str) -> str:
+    """The CUDA source of one configuration (the framework renders through autotune.templates)."""
+    import jinja2
+
+    root = Path(__file__).resolve().parent.parent.parent / "templates"
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    v = variant(dtype, layout)
+    context = {**params, **derived(params, v), **v, "kernel_name": kernel_name}
+    return env.get_template("gemm/skinny_nt.cu.j2").render(context)
