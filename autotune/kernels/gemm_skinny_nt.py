@@ -38,7 +38,6 @@ MAX_IN_FLIGHT = 32  # R * U rows x steps of W loaded before their FMAs
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 REGS_PER_SM = 65536
 REG_SLACK = 24  # registers beyond accumulators, W in flight and converted operands (addresses, loop state)
-MAX_SHARED = 48 * 1024  # the cross-warp reduction; below the default dynamic limit
 MAX_GRID_YZ = 65535
 MAX_PARTIAL_BYTES = 512 * 1024 * 1024
 
@@ -105,9 +104,7 @@ def check(params: Params) -> str | None:
         return f"R*U = {p['R'] * p['U']} rows x steps of W in flight per thread exceeds {MAX_IN_FLIGHT}"
     if p["SPLIT_K"] > MAX_GRID_YZ:
         return f"SPLIT_K = {p['SPLIT_K']} exceeds the grid's z limit of {MAX_GRID_YZ}"
-    d = derived(p)
-    if d["SHARED_BYTES"] > MAX_SHARED:
-        return f"the warp sums need {d['SHARED_BYTES']} bytes of shared memory, more than {MAX_SHARED}"
+    d = derived(p)  # shared memory needs no check: 32 warps x MT*R <= 128 floats is at most 16 KiB
     # Registers are counted for 16-bit elements here, the cheapest dtype; check_problem counts the real one.
     if register_estimate(p, 2) > d["REG_CAP"]:
         return (
@@ -149,9 +146,22 @@ def check_problem(params: Params, problem: Any) -> str | None:
     grid = launch(params, problem).grid
     if grid[1] > MAX_GRID_YZ:
         return f"needs {grid[1]} column strips, more than the {MAX_GRID_YZ} grid.y allows; use a larger WARPS_N*R"
-    if scratch(params, problem)[0] * 4 > MAX_PARTIAL_BYTES:
-        return f"split-K partials need {scratch(params, problem)[0] * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
+    partial_bytes = scratch(params, problem)[0] * 4
+    if partial_bytes > MAX_PARTIAL_BYTES:
+        return f"split-K partials need {partial_bytes >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
     return None
+
+
+DECODE_M = 64  # up to this M, the family's default for 16-bit NT is this template (then tensor cores)
+
+
+def default_params(M: int | None) -> dict[str, Any]:
+    """A configuration for M rows (unknown: as for M > 16) that fits every dtype and layout of the template."""
+    if M is not None and M <= 1:
+        return dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2)
+    if M is not None and M <= 4:
+        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2)
+    return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2)
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:
