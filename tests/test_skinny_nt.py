@@ -57,7 +57,7 @@ def test_a_sample_of_the_tuning_space_compiles_for_sm80_and_sm90():
 
     spec = load_spec(Path(__file__).resolve().parent.parent / "configs" / "gemm_decode_nt.yaml")
     assert spec.template == "skinny_nt"
-    fits = [dict(c.params if hasattr(c, "params") else c) for c in spec.space.enumerate()]
+    fits = [c.as_dict() for c in spec.space.enumerate()]
     fits = [p for p in fits if nt.check(p) is None]
     assert len(fits) > 100
     for i, p in enumerate(random.Random(0).sample(fits, 4)):
