@@ -23,12 +23,14 @@ DTYPES = ("float32", "float16", "bfloat16")
 GEMM = FAMILIES["gemm"]
 
 GOOD = {
-    "m1": dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=2, MT=1, SPLIT_K=1, MINB=2),
-    "m4": dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1),
-    "m16_split": dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=3, MINB=1),
-    "scalar": dict(VEC=1, R=3, WARPS_N=1, WARPS_K=1, U=1, MT=3, SPLIT_K=2, MINB=1),
-    "vec2_wide": dict(VEC=2, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=2, SPLIT_K=1, MINB=2),
-    "big": dict(VEC=8, R=8, WARPS_N=1, WARPS_K=8, U=2, MT=8, SPLIT_K=2, MINB=1),
+    "m1": dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=2, MT=1, SPLIT_K=1, MINB=2, MMA=False),
+    "m4": dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False),
+    "m16_split": dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=3, MINB=1, MMA=False),
+    "scalar": dict(VEC=1, R=3, WARPS_N=1, WARPS_K=1, U=1, MT=3, SPLIT_K=2, MINB=1, MMA=False),
+    "vec2_wide": dict(VEC=2, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=2, SPLIT_K=1, MINB=2, MMA=False),
+    "big": dict(VEC=8, R=8, WARPS_N=1, WARPS_K=8, U=2, MT=8, SPLIT_K=2, MINB=1, MMA=False),
+    "mma16": dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=True),
+    "mma_split": dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True),
 }
 
 
@@ -112,6 +114,11 @@ BROKEN = [
     ("m1", dict(R=8, U=8), "in flight"),
     ("m1", dict(SPLIT_K=70000), "z limit"),
     ("m4", dict(MINB=4), "registers"),
+    ("mma16", dict(VEC=4), "VEC = 8"),
+    ("mma16", dict(R=12), "multiple of 8"),
+    ("mma16", dict(MT=8), "multiple of 16"),
+    ("mma16", dict(MT=64, R=32, WARPS_K=8), "shared memory"),
+    ("mma16", dict(R=32, U=16), "in flight"),
 ]
 
 
@@ -127,7 +134,7 @@ def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words
 
 def test_registers_are_counted_per_dtype_by_check_problem_and_the_template():
     # 16-byte loads of fp16 fill 4 registers per row and step, of fp32 (VEC 8) 8: fine for one, too many for the other.
-    p = dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2)
+    p = dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=False)
     assert nt.check(p) is None
     assert nt.check_problem(p, nt.Problem(8, 4096, 4096, "float16", "NT")) is None
     reason = nt.check_problem(p, nt.Problem(8, 4096, 4096, "float32", "NT"))
@@ -135,6 +142,15 @@ def test_registers_are_counted_per_dtype_by_check_problem_and_the_template():
     assert compiled(p, "float16", "NT").spills == 0
     r = compiled(p, "float32", "NT")
     assert not r.ok and "registers per thread" in r.log
+
+
+def test_mma_takes_16_bit_inputs_only_and_the_template_agrees():
+    p = GOOD["mma16"]
+    reason = nt.check_problem(p, nt.Problem(16, 4096, 4096, "float32", "NT"))
+    assert reason and "16-bit" in reason and "MMA = false" in reason
+    r = compiled(p, "float32", "NT")
+    assert not r.ok and "MMA takes 16-bit elements" in r.log
+    assert nt.derived(p)["KSTEP"] == 32 and nt.accumulators(p) == 8 and nt.in_flight(p) == 4
 
 
 def test_launch_grid_block_and_shared_bytes():
@@ -165,8 +181,8 @@ def test_check_problem():
 
 
 def test_params_kinds_and_the_family_registration():
-    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB")
-    assert nt.KINDS == () and nt.DESCRIPTION
+    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA")
+    assert nt.KINDS == (("MMA", "bool"),) and nt.DESCRIPTION
     assert all(set(p) == set(nt.PARAMS) for p in GOOD.values())
     info = GEMM.templates["skinny_nt"]
     assert info.layouts == ("NT", "TT") and set(info.dtypes) == set(DTYPES)
@@ -184,6 +200,7 @@ def test_the_family_default_for_nt_decode_is_skinny_nt_and_fits():
             for m in (1, 4, 16, 64):
                 template, params = GEMM.default_config(dtype, layout, M=m)
                 assert template == "skinny_nt", (dtype, layout, m)
+                assert params["MMA"] == (dtype != "float32" and m > 4)  # tensor cores once M fills some rows
                 problem = GEMM.problem([m, 4097, 4093], dtype, layout)
                 assert GEMM.check(template, params) is None and GEMM.check_problem(template, params, problem) is None
     assert GEMM.default_config("float16", "NT", M=512)[0] == "wmma"  # tensor cores once M fills their tiles
@@ -268,6 +285,10 @@ EMULATED = [
     ("scalar", "bfloat16", "TT", (3, 5, 7), 1.0, -1.0, 1),  # empty split-K slice, tiny shape
     ("vec2_wide", "bfloat16", "NT", (3, 11, 334), 2.0, 0.0, 0),  # R 1, four warps along N
     ("big", "float16", "NT", (16, 17, 2048), 0.5, 0.0, 0),  # R 8, eight warps along K, split-K 2
+    ("mma16", "float16", "NT", (1, 37, 1000), 1.0, 0.0, 0),  # tensor cores, one row of A, 16-byte loads
+    ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
+    ("mma_split", "float16", "TT", (35, 29, 300), 1.0, -1.0, 0),  # two row groups, A stored K x M, split-K 3
+    ("mma_split", "bfloat16", "NT", (3, 41, 2048), 2.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
 ]
 
 

@@ -213,7 +213,7 @@ class GemmFamily:
         (nn.Linear's weight), skinny_nt reads it in place: for float32 always, for 16 bits when M <= 64 is given."""
         nt = layout in gemm_skinny_nt.LAYOUTS and dtype in gemm_skinny_nt.DTYPES
         if nt and (dtype == "float32" or (M is not None and M <= gemm_skinny_nt.DECODE_M)):
-            return "skinny_nt", gemm_skinny_nt.default_params(M)
+            return "skinny_nt", gemm_skinny_nt.default_params(M, dtype)
         if dtype in gemm_wmma.DTYPES:  # no spills in any layout or alignment variant
             frag, pad, frags_m = ("m16n16k8", 4, 2) if dtype == "tfloat32" else ("m16n16k16", 8, 4)
             return "wmma", dict(FRAG=frag, WARPS_M=2, WARPS_N=2, FRAGS_M=frags_m, FRAGS_N=2, BK=32, PAD=pad, STAGES=3,

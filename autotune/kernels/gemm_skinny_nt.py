@@ -8,11 +8,14 @@ its render context and mirrors each check with a ``static_assert``.
 A block has WARPS_N x WARPS_K warps. A warp owns R consecutive rows of W and sweeps K in steps of 32 * VEC
 elements (VEC contiguous elements per lane), U steps in flight, its steps interleaved with the other WARPS_K warps
 of its rows. A lane accumulates MT rows of C x R columns; lanes are summed with warp shuffles, warps through shared
-memory. The grid is (ceil(M / MT) row groups, ceil(N / (WARPS_N * R)) column strips, SPLIT_K slices of K).
+memory. With MMA (16-bit dtypes) the warp's R rows are R / 8 tiles of 8 and MT rows of C are MT / 16 tiles of 16
+for mma.sync m16n8k16: each lane still loads 16 contiguous bytes of a row of W (and of A) per step of 32 elements of
+K, because the K order inside an mma is permuted alike for both operands.
+The grid is (ceil(M / MT) row groups, ceil(N / (WARPS_N * R)) column strips, SPLIT_K slices of K).
 
 Example::
 
-    >>> p = dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1)
+    >>> p = dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False)
     >>> launch(p, Problem(4, 4096, 4096, "float16", "NT")).grid
     (1, 512, 1)
 """
@@ -25,8 +28,8 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS: tuple[str, ...] = ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB")
-KINDS: tuple[tuple[str, str], ...] = ()
+PARAMS: tuple[str, ...] = ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA")
+KINDS: tuple[tuple[str, str], ...] = (("MMA", "bool"),)
 DESCRIPTION = "skinny-M GEMM in nn.Linear's layout (NT): W read once in place along K, lanes reduced by shuffles"
 
 DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2)}
@@ -34,10 +37,11 @@ LAYOUTS = ("NT", "TT")  # W stored N x K; A row-major (NT) or stored K x M (TT, 
 VECS = (1, 2, 4, 8)
 MAX_THREADS = 1024
 MAX_ACCUMULATORS = 128  # MT * R floats per thread
-MAX_IN_FLIGHT = 32  # R * U rows x steps of W loaded before their FMAs
+MAX_IN_FLIGHT = 32  # loads of W per lane before their math: R * U (MMA: R / 8 * U)
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 REGS_PER_SM = 65536
 REG_SLACK = 24  # registers beyond accumulators, W in flight and converted operands (addresses, loop state)
+MAX_SHARED = 48 * 1024  # the cross-warp reduction; below the default dynamic limit
 MAX_GRID_YZ = 65535
 MAX_PARTIAL_BYTES = 512 * 1024 * 1024
 
@@ -76,15 +80,27 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     return {
         "THREADS": threads,
         "BN": bn,
-        "KSTEP": 32 * p["VEC"],
+        "KSTEP": 32 if p["MMA"] else 32 * p["VEC"],
         "SHARED_BYTES": p["WARPS_K"] * bn * p["MT"] * 4,
         "REG_CAP": min(255, REGS_PER_SM // (threads * p["MINB"]) // 8 * 8),
     }
 
 
+def accumulators(params: Params) -> int:
+    """fp32 accumulators per thread: MT x R partial sums, or with MMA 4 per (16-row, 8-row) tile pair."""
+    return params["MT"] * params["R"] // 32 if params["MMA"] else params["MT"] * params["R"]
+
+
+def in_flight(params: Params) -> int:
+    """Loads of W per lane issued before their math: R rows x U steps (MMA: R / 8 tiles x U steps)."""
+    return params["R"] // 8 * params["U"] if params["MMA"] else params["R"] * params["U"]
+
+
 def register_estimate(params: Params, es: int) -> int:
-    """Registers a thread needs for elements of es bytes: accumulators, W in flight, converted W and A, slack."""
+    """Registers a thread needs for elements of es bytes: accumulators, W in flight, operands, slack."""
     p = params
+    if p["MMA"]:  # 16-byte loads: 4 registers each; A: two rows of 4 per 16-row tile
+        return accumulators(p) + in_flight(p) * 4 + p["MT"] // 16 * 8 + REG_SLACK
     return p["MT"] * p["R"] + p["R"] * p["U"] * words(p["VEC"], es) + p["R"] * p["VEC"] + 2 * p["VEC"] + REG_SLACK
 
 
@@ -98,13 +114,21 @@ def check(params: Params) -> str | None:
         return f"WARPS_N*WARPS_K = {threads // 32} warps exceed {MAX_THREADS} threads per block"
     if threads * p["MINB"] > MAX_THREADS_PER_SM:
         return f"MINB = {p['MINB']} blocks of {threads} threads exceed {MAX_THREADS_PER_SM} threads per SM"
-    if p["MT"] * p["R"] > MAX_ACCUMULATORS:
-        return f"MT*R = {p['MT'] * p['R']} accumulators per thread exceeds {MAX_ACCUMULATORS}"
-    if p["R"] * p["U"] > MAX_IN_FLIGHT:
-        return f"R*U = {p['R'] * p['U']} rows x steps of W in flight per thread exceeds {MAX_IN_FLIGHT}"
+    if p["MMA"] and p["VEC"] != 8:
+        return "MMA needs VEC = 8 (one 16-byte load of 16-bit elements per lane)"
+    if p["MMA"] and (p["R"] % 8 or p["MT"] % 16):
+        return f"MMA needs R a multiple of 8 and MT a multiple of 16 (mma tiles), not R = {p['R']}, MT = {p['MT']}"
+    if accumulators(p) > MAX_ACCUMULATORS:
+        return f"{accumulators(p)} accumulators per thread (MT*R, MMA: /32) exceed {MAX_ACCUMULATORS}"
+    if in_flight(p) > MAX_IN_FLIGHT:
+        return f"{in_flight(p)} loads of W in flight per thread (R*U, MMA: /8) exceed {MAX_IN_FLIGHT}"
     if p["SPLIT_K"] > MAX_GRID_YZ:
         return f"SPLIT_K = {p['SPLIT_K']} exceeds the grid's z limit of {MAX_GRID_YZ}"
-    d = derived(p)  # shared memory needs no check: 32 warps x MT*R <= 128 floats is at most 16 KiB
+    d = derived(p)
+    if d["SHARED_BYTES"] > MAX_SHARED:
+        return (
+            f"the warp sums need {d['SHARED_BYTES']} bytes of shared memory (WARPS_K*BN*MT floats), over {MAX_SHARED}"
+        )
     # Registers are counted for 16-bit elements here, the cheapest dtype; check_problem counts the real one.
     if register_estimate(p, 2) > d["REG_CAP"]:
         return (
@@ -140,6 +164,8 @@ def check_problem(params: Params, problem: Any) -> str | None:
     if min(problem.M, problem.N, problem.K) < 1:
         return "M, N and K must be at least 1"
     es = DTYPES[problem.dtype][1]
+    if params["MMA"] and es != 2:
+        return f"MMA (tensor cores, mma.sync) takes 16-bit inputs; {problem.dtype} needs MMA = false"
     regs, cap = register_estimate(params, es), derived(params)["REG_CAP"]
     if regs > cap:
         return f"needs about {regs} registers per thread for {problem.dtype}, more than the {cap} MINB allows"
@@ -155,13 +181,17 @@ def check_problem(params: Params, problem: Any) -> str | None:
 DECODE_M = 64  # up to this M, the family's default for 16-bit NT is this template (then tensor cores)
 
 
-def default_params(M: int | None) -> dict[str, Any]:
-    """A configuration for M rows (unknown: as for M > 16) that fits every dtype and layout of the template."""
+def default_params(M: int | None, dtype: str = "float32") -> dict[str, Any]:
+    """A configuration for M rows (unknown: as for M > 16) that fits this dtype and both layouts: FMAs for float32
+    and for M <= 4, tensor cores for wider 16-bit problems."""
     if M is not None and M <= 1:
-        return dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2)
+        return dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=False)
     if M is not None and M <= 4:
-        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2)
-    return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2)
+        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=False)
+    if dtype == "float32":
+        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=False)
+    mt = 16 if M is not None and M <= 16 else 64
+    return dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=mt, SPLIT_K=1, MINB=2, MMA=True)
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:
