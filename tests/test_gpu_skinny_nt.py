@@ -35,13 +35,14 @@ def settings():
                     allow_spills=True)  # fmt: skip
 
 
-def _space_sample(count: int, seed: int) -> list[dict]:
-    """``count`` configurations of configs/gemm_decode_nt.yaml's space that the module accepts, drawn at random."""
+def _space_sample(count: int, seed: int, mma: bool) -> list[dict]:
+    """``count`` configurations of configs/gemm_decode_nt.yaml's space that the module accepts, with MMA or not,
+    drawn at random."""
     from autotune.spec import load_spec
 
     spec = load_spec(ROOT / "configs" / "gemm_decode_nt.yaml")
     configs = [c.as_dict() for c in spec.space.enumerate()]
-    return random.Random(seed).sample([p for p in configs if nt.check(p) is None], count)
+    return random.Random(seed).sample([p for p in configs if nt.check(p) is None and p["MMA"] == mma], count)
 
 
 def _wrong_on(settings, dtype, layout, params, shapes):
@@ -61,7 +62,8 @@ def _wrong_on(settings, dtype, layout, params, shapes):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("index", range(6))
 def test_random_configurations_verify_on_odd_shapes(settings, dtype, index):
-    params = _space_sample(18, seed=11)[index + 6 * DTYPES.index(dtype)]
+    mma = dtype != "float32" and index % 2 == 1  # half of the 16-bit draws run on the tensor cores
+    params = _space_sample(18, seed=11, mma=mma)[index + 6 * DTYPES.index(dtype)]
     failures = _wrong_on(settings, dtype, "NT", params, SHAPES)
     assert not failures, "\n".join(failures)
 
@@ -77,12 +79,14 @@ def test_the_family_defaults_verify(settings, dtype, layout):
     assert not failures, "\n".join(failures)
 
 
-SPLIT = dict(VEC=8, R=2, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=5, MINB=2)
+SPLIT = dict(VEC=8, R=2, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=5, MINB=2, MMA=False)
+SPLIT_MMA = dict(VEC=8, R=16, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=5, MINB=2, MMA=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [0, 1])
-def test_unaligned_weights_and_split_k_relaunch_with_alpha_beta(settings, dtype, offset):
+@pytest.mark.parametrize("params", [SPLIT, SPLIT_MMA], ids=["fma", "mma"])
+def test_unaligned_weights_and_split_k_relaunch_with_alpha_beta(settings, dtype, offset, params):
     """W a view starting `offset` elements into its buffer (not 16-byte aligned: scalar loads), the same compiled
     kernel and scratch launched twice; both results right and the tile counters back at zero."""
     import cupy as cp
@@ -90,16 +94,19 @@ def test_unaligned_weights_and_split_k_relaunch_with_alpha_beta(settings, dtype,
     from autotune.kernels.gemm import bf16_bits, decode
 
     problem = GEMM.problem([9, 1003, 2048], dtype, "NT")
-    c = prepare(Candidate("gemm", "skinny_nt", problem, Config.of(SPLIT)), settings)
+    if params["MMA"] and dtype == "float32":
+        assert GEMM.check_problem("skinny_nt", params, problem) is not None
+        return  # refused before compiling (tensor cores take 16-bit inputs)
+    c = prepare(Candidate("gemm", "skinny_nt", problem, Config.of(params)), settings)
     assert c.status is None, c.reason
-    launch = GEMM.launch("skinny_nt", SPLIT, problem)
+    launch = GEMM.launch("skinny_nt", params, problem)
     fn = load_kernel(c.compiled, launch.shared_bytes)
     a, w = GEMM.make_inputs(problem, seed=3)
     buf = cp.empty(w.size + 8, dtype=w.dtype)
     w_view = buf[offset : offset + w.size].reshape(w.shape)
     w_view[...] = w
     assert (w_view.data.ptr % 16 == 0) == (offset == 0)
-    scratch = GEMM.new_scratch("skinny_nt", SPLIT, problem)
+    scratch = GEMM.new_scratch("skinny_nt", params, problem)
     c32 = cp.random.default_rng(6).standard_normal((problem.M, problem.N), dtype=cp.float32)
     c0 = bf16_bits(c32) if dtype == "bfloat16" else c32.astype(problem.storage)
     alpha, beta = 0.75, -1.5

@@ -117,7 +117,7 @@ BROKEN = [
     ("mma16", dict(VEC=4), "VEC = 8"),
     ("mma16", dict(R=12), "multiple of 8"),
     ("mma16", dict(MT=8), "multiple of 16"),
-    ("mma16", dict(MT=64, R=32, WARPS_K=8), "shared memory"),
+    ("mma16", dict(MT=64, R=32, WARPS_K=16), "shared memory"),
     ("mma16", dict(R=32, U=16), "in flight"),
 ]
 

@@ -41,7 +41,7 @@ MAX_IN_FLIGHT = 32  # loads of W per lane before their math: R * U (MMA: R / 8 *
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90
 REGS_PER_SM = 65536
 REG_SLACK = 24  # registers beyond accumulators, W in flight and converted operands (addresses, loop state)
-MAX_SHARED = 48 * 1024  # the cross-warp reduction; below the default dynamic limit
+MAX_SHARED = 96 * 1024  # the cross-warp reduction (above 48 KiB the launch raises the dynamic limit)
 MAX_GRID_YZ = 65535
 MAX_PARTIAL_BYTES = 512 * 1024 * 1024
 
@@ -190,8 +190,11 @@ def default_params(M: int | None, dtype: str = "float32") -> dict[str, Any]:
         return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=False)
     if dtype == "float32":
         return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=False)
-    mt = 16 if M is not None and M <= 16 else 64
-    return dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=mt, SPLIT_K=1, MINB=2, MMA=True)
+    # A is loaded once per 16-row tile and step and W once per 8-row tile: R >= MT / 2 keeps A's loads (L1 hits)
+    # at most twice W's; WARPS_K = 8 and U loads in flight keep ~30 KiB of W in flight per SM at N = 4096.
+    if M is not None and M <= 16:
+        return dict(VEC=8, R=16, WARPS_N=1, WARPS_K=8, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=True)
+    return dict(VEC=8, R=32, WARPS_N=1, WARPS_K=8, U=2, MT=64, SPLIT_K=1, MINB=1, MMA=True)
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:
