@@ -108,7 +108,7 @@ def read_floor(module, timer: Timer, w) -> tuple[float, bool]:
     import cupy as cp
 
     fn = module.get_function("read_floor")
-    words = w.view(cp.uint32) if w.nbytes % 4 == 0 else None
+    words = w.reshape(-1).view(cp.uint32) if w.nbytes % 4 == 0 else None
     n4 = w.nbytes // 16
     out = cp.zeros(1, dtype=cp.uint32)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
