@@ -79,8 +79,8 @@ def test_the_family_defaults_verify(settings, dtype, layout):
     assert not failures, "\n".join(failures)
 
 
-SPLIT = dict(VEC=8, R=2, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=5, MINB=2, MMA=False)
-SPLIT_MMA = dict(VEC=8, R=16, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=5, MINB=2, MMA=True)
+SPLIT = dict(VEC=8, R=2, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=5, MINB=2, MMA=False, PREFETCH=False)
+SPLIT_MMA = dict(VEC=8, R=16, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=5, MINB=2, MMA=True, PREFETCH=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

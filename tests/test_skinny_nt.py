@@ -23,14 +23,15 @@ DTYPES = ("float32", "float16", "bfloat16")
 GEMM = FAMILIES["gemm"]
 
 GOOD = {
-    "m1": dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=2, MT=1, SPLIT_K=1, MINB=2, MMA=False),
-    "m4": dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False),
-    "m16_split": dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=3, MINB=1, MMA=False),
-    "scalar": dict(VEC=1, R=3, WARPS_N=1, WARPS_K=1, U=1, MT=3, SPLIT_K=2, MINB=1, MMA=False),
-    "vec2_wide": dict(VEC=2, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=2, SPLIT_K=1, MINB=2, MMA=False),
-    "big": dict(VEC=8, R=8, WARPS_N=1, WARPS_K=8, U=2, MT=8, SPLIT_K=2, MINB=1, MMA=False),
-    "mma16": dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=True),
-    "mma_split": dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True),
+    "m1": dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=2, MT=1, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False),
+    "m4": dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False, PREFETCH=True),
+    "m16_split": dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=3, MINB=1, MMA=False, PREFETCH=True),
+    "scalar": dict(VEC=1, R=3, WARPS_N=1, WARPS_K=1, U=1, MT=3, SPLIT_K=2, MINB=1, MMA=False, PREFETCH=False),
+    "vec2_wide": dict(VEC=2, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=2, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False),
+    "big": dict(VEC=8, R=8, WARPS_N=1, WARPS_K=8, U=2, MT=8, SPLIT_K=2, MINB=1, MMA=False, PREFETCH=False),
+    "prefetch": dict(VEC=4, R=2, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=2, MINB=2, MMA=False, PREFETCH=True),
+    "mma16": dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=True, PREFETCH=False),
+    "mma_split": dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True, PREFETCH=True),
 }
 
 
@@ -134,7 +135,7 @@ def test_check_rejects_with_a_reason_and_the_template_agrees(base, change, words
 
 def test_registers_are_counted_per_dtype_by_check_problem_and_the_template():
     # 16-byte loads of fp16 fill 4 registers per row and step, of fp32 (VEC 8) 8: fine for one, too many for the other.
-    p = dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=False)
+    p = dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False)
     assert nt.check(p) is None
     assert nt.check_problem(p, nt.Problem(8, 4096, 4096, "float16", "NT")) is None
     reason = nt.check_problem(p, nt.Problem(8, 4096, 4096, "float32", "NT"))
@@ -181,8 +182,8 @@ def test_check_problem():
 
 
 def test_params_kinds_and_the_family_registration():
-    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA")
-    assert nt.KINDS == (("MMA", "bool"),) and nt.DESCRIPTION
+    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA", "PREFETCH")
+    assert nt.KINDS == (("MMA", "bool"), ("PREFETCH", "bool")) and nt.DESCRIPTION
     assert all(set(p) == set(nt.PARAMS) for p in GOOD.values())
     info = GEMM.templates["skinny_nt"]
     assert info.layouts == ("NT", "TT") and set(info.dtypes) == set(DTYPES)
@@ -285,6 +286,8 @@ EMULATED = [
     ("scalar", "bfloat16", "TT", (3, 5, 7), 1.0, -1.0, 1),  # empty split-K slice, tiny shape
     ("vec2_wide", "bfloat16", "NT", (3, 11, 334), 2.0, 0.0, 0),  # R 1, four warps along N
     ("big", "float16", "NT", (16, 17, 2048), 0.5, 0.0, 0),  # R 8, eight warps along K, split-K 2
+    ("prefetch", "float32", "NT", (5, 23, 3001), 1.0, 0.5, 0),  # several passes per warp, the last one partial
+    ("prefetch", "bfloat16", "TT", (4, 9, 4100), 1.0, 0.0, 0),  # three passes, A stored K x M
     ("mma16", "float16", "NT", (1, 37, 1000), 1.0, 0.0, 0),  # tensor cores, one row of A, 16-byte loads
     ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
     ("mma_split", "float16", "TT", (35, 29, 300), 1.0, -1.0, 0),  # two row groups, A stored K x M, split-K 3

@@ -10,12 +10,13 @@ elements (VEC contiguous elements per lane), U steps in flight, its steps interl
 of its rows. A lane accumulates MT rows of C x R columns; lanes are summed with warp shuffles, warps through shared
 memory. With MMA (16-bit dtypes) the warp's R rows are R / 8 tiles of 8 and MT rows of C are MT / 16 tiles of 16
 for mma.sync m16n8k16: each lane still loads 16 contiguous bytes of a row of W (and of A) per step of 32 elements of
-K, because the K order inside an mma is permuted alike for both operands.
+K, because the K order inside an mma is permuted alike for both operands. With PREFETCH a warp issues the loads of
+its next pass (U steps) before the math of this one, at twice the registers for W.
 The grid is (ceil(M / MT) row groups, ceil(N / (WARPS_N * R)) column strips, SPLIT_K slices of K).
 
 Example::
 
-    >>> p = dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False)
+    >>> p = dict(VEC=8, R=4, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=1, MMA=False, PREFETCH=False)
     >>> launch(p, Problem(4, 4096, 4096, "float16", "NT")).grid
     (1, 512, 1)
 """
@@ -28,8 +29,8 @@ from typing import Any
 
 from .base import Launch, Params
 
-PARAMS: tuple[str, ...] = ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA")
-KINDS: tuple[tuple[str, str], ...] = (("MMA", "bool"),)
+PARAMS: tuple[str, ...] = ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA", "PREFETCH")
+KINDS: tuple[tuple[str, str], ...] = (("MMA", "bool"), ("PREFETCH", "bool"))
 DESCRIPTION = "skinny-M GEMM in nn.Linear's layout (NT): W read once in place along K, lanes reduced by shuffles"
 
 DTYPES = {"float32": ("float", 4), "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2)}
@@ -97,11 +98,14 @@ def in_flight(params: Params) -> int:
 
 
 def register_estimate(params: Params, es: int) -> int:
-    """Registers a thread needs for elements of es bytes: accumulators, W in flight, operands, slack."""
+    """Registers a thread needs for elements of es bytes: accumulators, W in flight (twice with PREFETCH),
+    operands, slack."""
     p = params
+    buffers = 2 if p["PREFETCH"] else 1
     if p["MMA"]:  # 16-byte loads: 4 registers each; A: two rows of 4 per 16-row tile
-        return accumulators(p) + in_flight(p) * 4 + p["MT"] // 16 * 8 + REG_SLACK
-    return p["MT"] * p["R"] + p["R"] * p["U"] * words(p["VEC"], es) + p["R"] * p["VEC"] + 2 * p["VEC"] + REG_SLACK
+        return accumulators(p) + in_flight(p) * 4 * buffers + p["MT"] // 16 * 8 + REG_SLACK
+    w = p["R"] * p["U"] * words(p["VEC"], es) * buffers
+    return p["MT"] * p["R"] + w + p["R"] * p["VEC"] + 2 * p["VEC"] + REG_SLACK
 
 
 def check(params: Params) -> str | None:
@@ -183,18 +187,18 @@ DECODE_M = 64  # up to this M, the family's default for 16-bit NT is this templa
 
 def default_params(M: int | None, dtype: str = "float32") -> dict[str, Any]:
     """A configuration for M rows (unknown: as for M > 16) that fits this dtype and both layouts: FMAs for float32
-    and for M <= 4, tensor cores for wider 16-bit problems."""
+    and for M <= 4 (many warps, little math per load), tensor cores with PREFETCH for wider 16-bit problems."""
     if M is not None and M <= 1:
-        return dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=False)
+        return dict(VEC=8, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False)
     if M is not None and M <= 4:
-        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=False)
+        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False)
     if dtype == "float32":
-        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=False)
+        return dict(VEC=8, R=4, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=False, PREFETCH=False)
     # A is loaded once per 16-row tile and step and W once per 8-row tile: R >= MT / 2 keeps A's loads (L1 hits)
     # at most twice W's; WARPS_K = 8 and U loads in flight keep ~30 KiB of W in flight per SM at N = 4096.
     if M is not None and M <= 16:
-        return dict(VEC=8, R=16, WARPS_N=1, WARPS_K=8, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=True)
-    return dict(VEC=8, R=32, WARPS_N=1, WARPS_K=8, U=2, MT=64, SPLIT_K=1, MINB=1, MMA=True)
+        return dict(VEC=8, R=16, WARPS_N=1, WARPS_K=8, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=True, PREFETCH=True)
+    return dict(VEC=8, R=32, WARPS_N=1, WARPS_K=8, U=2, MT=64, SPLIT_K=1, MINB=1, MMA=True, PREFETCH=True)
 
 
 def kernel_name(params: Params, dtype: str, layout: str) -> str:

@@ -56,22 +56,22 @@ extern "C" __global__ void spin(long long ns) {
 # (tensor cores) ones are skipped for float32.
 F, T = False, True
 CONFIGS = {
-    1: [dict(VEC=8, R=4, WARPS_N=1, WARPS_K=8, U=2, MT=1, SPLIT_K=1, MINB=1, MMA=F),
-        dict(VEC=8, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=F),
-        dict(VEC=4, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=F),
-        dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T)],
-    4: [dict(VEC=8, R=2, WARPS_N=1, WARPS_K=8, U=4, MT=4, SPLIT_K=1, MINB=1, MMA=F),
-        dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=F),
-        dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T),
-        dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T)],
-    16: [dict(VEC=8, R=4, WARPS_N=1, WARPS_K=8, U=2, MT=16, SPLIT_K=1, MINB=1, MMA=F),
-         dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=2, MINB=2, MMA=F),
-         dict(VEC=8, R=32, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=1, MMA=T),
-         dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T)],
-    64: [dict(VEC=8, R=2, WARPS_N=1, WARPS_K=8, U=2, MT=32, SPLIT_K=1, MINB=1, MMA=F),
-         dict(VEC=4, R=1, WARPS_N=1, WARPS_K=8, U=4, MT=64, SPLIT_K=1, MINB=1, MMA=F),
-         dict(VEC=8, R=32, WARPS_N=1, WARPS_K=4, U=2, MT=64, SPLIT_K=1, MINB=1, MMA=T),
-         dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=64, SPLIT_K=1, MINB=2, MMA=T)],
+    1: [dict(VEC=8, R=4, WARPS_N=1, WARPS_K=8, U=2, MT=1, SPLIT_K=1, MINB=1, MMA=F, PREFETCH=F),
+        dict(VEC=8, R=1, WARPS_N=4, WARPS_K=2, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=F, PREFETCH=F),
+        dict(VEC=4, R=2, WARPS_N=1, WARPS_K=4, U=4, MT=1, SPLIT_K=1, MINB=2, MMA=F, PREFETCH=T),
+        dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T, PREFETCH=F)],
+    4: [dict(VEC=8, R=2, WARPS_N=1, WARPS_K=8, U=4, MT=4, SPLIT_K=1, MINB=1, MMA=F, PREFETCH=F),
+        dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=4, SPLIT_K=1, MINB=2, MMA=F, PREFETCH=T),
+        dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T, PREFETCH=F),
+        dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T, PREFETCH=T)],
+    16: [dict(VEC=8, R=4, WARPS_N=1, WARPS_K=8, U=2, MT=16, SPLIT_K=1, MINB=1, MMA=F, PREFETCH=F),
+         dict(VEC=4, R=4, WARPS_N=2, WARPS_K=2, U=2, MT=16, SPLIT_K=2, MINB=2, MMA=F, PREFETCH=T),
+         dict(VEC=8, R=32, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=1, MMA=T, PREFETCH=F),
+         dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=16, SPLIT_K=1, MINB=2, MMA=T, PREFETCH=T)],
+    64: [dict(VEC=8, R=2, WARPS_N=1, WARPS_K=8, U=2, MT=32, SPLIT_K=1, MINB=1, MMA=F, PREFETCH=T),
+         dict(VEC=4, R=1, WARPS_N=1, WARPS_K=8, U=4, MT=64, SPLIT_K=1, MINB=1, MMA=F, PREFETCH=F),
+         dict(VEC=8, R=32, WARPS_N=1, WARPS_K=4, U=2, MT=64, SPLIT_K=1, MINB=1, MMA=T, PREFETCH=F),
+         dict(VEC=8, R=8, WARPS_N=2, WARPS_K=4, U=4, MT=64, SPLIT_K=1, MINB=2, MMA=T, PREFETCH=F)],
 }  # fmt: skip
 
 
