@@ -32,6 +32,8 @@ GOOD = {
     "prefetch": dict(VEC=4, R=2, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=2, MINB=2, MMA=False, PREFETCH=True),
     "mma16": dict(VEC=8, R=16, WARPS_N=1, WARPS_K=4, U=2, MT=16, SPLIT_K=1, MINB=2, MMA=True, PREFETCH=False),
     "mma_split": dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True, PREFETCH=True),
+    "default16": nt.default_params(16, "float16"),  # what serving launches for 16-bit NT with 4 < M <= 16
+    "default64": nt.default_params(64, "bfloat16"),
 }
 
 
@@ -292,6 +294,8 @@ EMULATED = [
     ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
     ("mma_split", "float16", "TT", (35, 29, 300), 1.0, -1.0, 0),  # two row groups, A stored K x M, split-K 3
     ("mma_split", "bfloat16", "NT", (3, 41, 2048), 2.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
+    ("default16", "float16", "NT", (9, 20, 1536), 1.0, 0.0, 0),  # two passes per warp with PREFETCH
+    ("default64", "bfloat16", "NT", (64, 33, 1024), 1.0, 0.0, 0),
 ]
 
 
