@@ -152,6 +152,44 @@ def skinny_nt_row(settings, timer: Timer, problem, inputs, ref, params) -> dict:
     return {**row, "status": "ok", "us": us}
 
 
+def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list[dict]:
+    """cuBLAS and the hand-picked skinny_nt configurations on one problem (W given), printed and as rows."""
+    from autotune.kernels import gemm_skinny_nt
+    from autotune.kernels.gemm import GEMM
+
+    dtype, m = problem.dtype, problem.M
+    inputs = (GEMM.make_inputs(problem, seed=3)[0], w)
+    base = {"dtype": dtype, "M": m, "N": problem.N, "K": problem.K}
+    rows = []
+    vendor = GEMM.vendor(problem, inputs)
+    vendor_us = None
+    if vendor is None:
+        print(f"{dtype:<9} {problem.label:<16} cuBLAS: torch is not importable, so no bf16 baseline")
+    else:
+        vendor_us = timer(vendor[1])
+        rows.append({**base, "what": vendor[0], "us": vendor_us})
+        print(f"{dtype:<9} {problem.label:<16} {vendor[0]:<62} {vendor_us:8.2f} {1.0:8.2f} "
+              f"{100 * floor_us / vendor_us:7.1f}")  # fmt: skip
+    ref = GEMM.reference(problem, inputs)
+    default = GEMM.default_config(dtype, "NT", M=m)[1]
+    for params in [default] + [p for p in CONFIGS.get(m, []) if p != default]:
+        if gemm_skinny_nt.check(params) or gemm_skinny_nt.check_problem(params, problem):
+            continue  # MMA configurations for float32
+        row = {**base, **skinny_nt_row(settings, timer, problem, inputs, ref, params), "default": params == default}
+        if "us" in row:
+            row["x_cublas"] = vendor_us / row["us"] if vendor_us else None
+            row["pct_floor"] = 100 * floor_us / row["us"]
+        rows.append(row)
+        name = row["what"].removeprefix("gemm_skinny_nt_")[:60] + (" *" if row["default"] else "")
+        if row["status"] != "ok":
+            print(f"{dtype:<9} {problem.label:<16} {name:<62} {row['status']}: {row.get('reason') or row.get('error')}")
+            continue
+        ratio = f"{row['x_cublas']:8.2f}" if row["x_cublas"] else f"{'-':>8}"
+        print(f"{dtype:<9} {problem.label:<16} {name:<62} {row['us']:8.2f} {ratio} "
+              f"{row['pct_floor']:7.1f} {row['error']:9.2e}")  # fmt: skip
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32"])
@@ -164,7 +202,6 @@ def main() -> int:
     from autotune.compiler import nvrtc_version
     from autotune.device import current_gpu
     from autotune.evaluate import Settings
-    from autotune.kernels import gemm_skinny_nt
     from autotune.kernels.gemm import GEMM
 
     gpu = current_gpu()
@@ -186,46 +223,15 @@ def main() -> int:
     rows: list[dict] = []
     for dtype in args.dtypes:
         for n, k in NK:
-            w_problem = GEMM.problem([1, n, k], dtype, "NT")
-            w = GEMM.make_inputs(w_problem, seed=2)[1]
+            w = GEMM.make_inputs(GEMM.problem([1, n, k], dtype, "NT"), seed=2)[1]
             floor_us, verified = read_floor(module, timer, w)
             rows.append({"what": "read floor", "dtype": dtype, "N": n, "K": k, "us": floor_us, "bytes": w.nbytes,
                          "verified": verified})  # fmt: skip
-            print(f"{dtype:<9} {'W ' + str(n) + 'x' + str(k):<16} {'read floor (' + str(w.nbytes >> 20) + ' MiB)':<62} "
-                  f"{floor_us:8.2f} {'':>8} {'100':>7} {'sum ok' if verified else 'SUM WRONG':>9}")  # fmt: skip
+            what = f"read floor ({w.nbytes >> 20} MiB)"
+            print(f"{dtype:<9} {f'W {n}x{k}':<16} {what:<62} {floor_us:8.2f} {'':>8} {'100':>7} "
+                  f"{'sum ok' if verified else 'SUM WRONG':>9}")  # fmt: skip
             for m in args.ms:
-                problem = GEMM.problem([m, n, k], dtype, "NT")
-                inputs = (GEMM.make_inputs(problem, seed=3)[0], w)
-                base = {"dtype": dtype, "M": m, "N": n, "K": k}
-                vendor = GEMM.vendor(problem, inputs)
-                vendor_us = None
-                if vendor is None:
-                    print(f"{dtype:<9} {problem.label:<16} cuBLAS: torch is not importable, so no bf16 baseline")
-                else:
-                    vendor_us = timer(vendor[1])
-                    rows.append({**base, "what": vendor[0], "us": vendor_us})
-                    print(f"{dtype:<9} {problem.label:<16} {vendor[0]:<62} {vendor_us:8.2f} {1.0:8.2f} "
-                          f"{100 * floor_us / vendor_us:7.1f}")  # fmt: skip
-                ref = GEMM.reference(problem, inputs)
-                default = GEMM.default_config(dtype, "NT", M=m)[1]
-                picks = [default] + [p for p in CONFIGS.get(m, []) if p != default]
-                for params in picks:
-                    if gemm_skinny_nt.check(params) or gemm_skinny_nt.check_problem(params, problem):
-                        continue
-                    row = {**base, **skinny_nt_row(settings, timer, problem, inputs, ref, params)}
-                    row["default"] = params == default
-                    if "us" in row:
-                        row["x_cublas"] = vendor_us / row["us"] if vendor_us else None
-                        row["pct_floor"] = 100 * floor_us / row["us"]
-                    rows.append(row)
-                    name = row["what"].removeprefix("gemm_skinny_nt_")[:60] + (" *" if row["default"] else "")
-                    if row["status"] != "ok":
-                        print(f"{dtype:<9} {problem.label:<16} {name:<62} {row['status']}: "
-                              f"{row.get('reason') or row.get('error')}")  # fmt: skip
-                        continue
-                    ratio = f"{row['x_cublas']:8.2f}" if row["x_cublas"] else f"{'-':>8}"
-                    print(f"{dtype:<9} {problem.label:<16} {name:<62} {row['us']:8.2f} {ratio} "
-                          f"{row['pct_floor']:7.1f} {row['error']:9.2e}")  # fmt: skip
+                rows += measure_problem(settings, timer, GEMM.problem([m, n, k], dtype, "NT"), w, floor_us)
     print("\n* the family's default configuration for this M (GEMM.default_config)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
