@@ -158,8 +158,10 @@ def test_every_template_implements_the_base_and_sits_in_its_own_module():
             assert t.c_abi().startswith(t.name + " ") or t.c_abi().startswith(t.name + ":"), t.name
             modules.add(type(t).__module__)
     assert len(modules) == sum(len(f.implementations()) for f in FAMILIES.values())
-    assert set(FAMILIES["gemm"].templates) == {"naive", "simt", "wmma", "mma", "skinny", "skinny_tc", "skinny_wgmma",
-                                               "auto"}  # fmt: skip
+    from autotune.kernels import conv, gemm
+
+    for family, module in ((FAMILIES["gemm"], gemm), (FAMILIES["conv2d"], conv)):  # the registry is the one list
+        assert set(family.templates) == {m.TEMPLATE.name for m in module.REGISTRY} | {"auto"}
 
 
 def test_templates_say_which_architectures_they_need():

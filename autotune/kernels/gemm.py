@@ -16,7 +16,16 @@ from typing import Any
 
 from ..errors import brief
 from ..limits import SM90, DeviceLimits
-from . import gemm_mma, gemm_naive, gemm_simt, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma, gemm_wmma
+from . import (
+    gemm_mma,
+    gemm_naive,
+    gemm_simt,
+    gemm_skinny,
+    gemm_skinny_nt,
+    gemm_skinny_tc,
+    gemm_skinny_wgmma,
+    gemm_wmma,
+)
 from .base import Params
 from .family import TemplateFamily
 from .gemm_problem import CTYPE, ITEMSIZE, LAYOUTS, SHORT, GemmProblem, bf16_bits, decode, gemm_args, problem_variant
@@ -29,7 +38,8 @@ __all__ = ["CTYPE", "GEMM", "ITEMSIZE", "LAYOUTS", "SHORT", "SIMT_PARAMS", "Gemm
 MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
 MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 # Every GEMM template, in the order "auto" offers them (naive is left out of "auto").
-REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma)
+REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma,
+            gemm_skinny_nt)  # fmt: skip
 
 
 class GemmFamily(TemplateFamily):
@@ -82,8 +92,12 @@ class GemmFamily(TemplateFamily):
             return f"{t.name} computes {', '.join(t.dtypes)}, not {problem.dtype}"
         return t.check_problem(params, problem, limits)
 
-    def default_config(self, dtype: str, layout: str = "NN") -> tuple[str, dict[str, Any]]:
-        """The runtime's last resort: a configuration the GPU test tier verifies on odd shapes."""
+    def default_config(self, dtype: str, layout: str = "NN", M: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The runtime's last resort: a configuration the GPU test tier verifies on odd shapes. With B stored N x K
+        (nn.Linear's weight), skinny_nt reads it in place: for float32 always, for 16 bits when M <= 64 is given."""
+        nt = layout in gemm_skinny_nt.LAYOUTS and dtype in gemm_skinny_nt.DTYPES
+        if nt and (dtype == "float32" or (M is not None and M <= gemm_skinny_nt.DECODE_M)):
+            return "skinny_nt", gemm_skinny_nt.default_params(M, dtype)
         if dtype in gemm_wmma.DTYPES:  # no spills in any layout or alignment variant
             frag, pad, frags_m = ("m16n16k8", 4, 2) if dtype == "tfloat32" else ("m16n16k16", 8, 4)
             return "wmma", dict(FRAG=frag, WARPS_M=2, WARPS_N=2, FRAGS_M=frags_m, FRAGS_N=2, BK=32, PAD=pad, STAGES=3,
