@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import cli, report
+from autotune import report, session
 from autotune.compile_pool import CompilePool
 from autotune.evaluate import Settings
 from autotune.search import open_storage, study_name, tune_shape
@@ -70,7 +70,7 @@ def test_time_energy_search_finds_the_true_front_and_stores_it_beside_the_fastes
 
     path = tuned_file(tmp_path / "tuned", "nvidia-h200-sm90", "gemm")
     key = entry_key("float32", "NN", spec.problems[0].label)
-    merge(path, HEADER, key, cli._entry(spec, out, SETTINGS, {}), pareto=cli._pareto(out, spec))
+    merge(path, HEADER, key, session.tuned_entry(spec, out, SETTINGS, {}), pareto=session.pareto_points(out, spec))
     entry = json.loads(path.read_text())["entries"][key]
     assert entry["params"] == {"BX": 32, "BY": 8} and entry["median_ms"] == out.best.median_ms
     assert entry["energy_j"] == pytest.approx(fake_energy({"BX": 32, "BY": 8}))
@@ -126,7 +126,7 @@ def test_complete_trials_without_energy_are_not_told_to_an_energy_study(tmp_path
     assert out.pareto == () and out.statuses == {"complete": 5}
     study = optuna.load_study(study_name=study_name(spec, spec.problems[0]), storage=storage)
     assert {t.state for t in study.trials if "duplicate_of" not in t.user_attrs} == {optuna.trial.TrialState.FAIL}
-    assert cli._pareto(out, spec) is None
+    assert session.pareto_points(out, spec) is None
 
 
 def test_merge_keeps_the_fastest_entry_and_merges_the_fronts(tmp_path):
@@ -158,8 +158,9 @@ def energy_run(tmp_path_factory):
     journal = tmp / "nvidia-h200-sm90.journal"
     out = run(spec, open_storage(str(journal)))
     path = tuned_file(tmp / "tuned", "nvidia-h200-sm90", "gemm")
-    merge(path, HEADER, entry_key("float32", "NN", spec.problems[0].label), cli._entry(spec, out, SETTINGS, {}),
-          pareto=cli._pareto(out, spec))  # fmt: skip
+    entry = session.tuned_entry(spec, out, SETTINGS, {})
+    merge(path, HEADER, entry_key("float32", "NN", spec.problems[0].label), entry,
+          pareto=session.pareto_points(out, spec))  # fmt: skip
     return journal, tmp / "tuned", out
 
 
