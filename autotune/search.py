@@ -201,10 +201,11 @@ def study_name(spec: Spec, problem: Any) -> str:
     space += repr([c.text for c in spec.space.constraints])
     if spec.objectives != ("time",):  # another objective is another study (time-only names stay as they were)
         space += repr(spec.objectives)
+    from .study_key import StudyKey  # a leaf module: the one place names are built and parsed
+
     digest = hashlib.sha256(space.encode()).hexdigest()[:6]
     template = template_hash(spec.kernel, spec.template)[:8]
-    shape = problem.label if problem.layout == "NN" else f"{problem.label}.{problem.layout}"
-    return f"{spec.kernel}.{spec.template}.{problem.dtype}.{shape}.{template}.{digest}"
+    return StudyKey(spec.kernel, spec.template, problem.dtype, problem.label, problem.layout, template, digest).name
 
 
 _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
