@@ -207,11 +207,13 @@ def study_name(spec: Spec, problem: Any, gpu_key: str = "") -> str:
     space += repr([c.text for c in spec.space.constraints])
     if spec.objectives != ("time",):  # another objective is another study (time-only names stay as they were)
         space += repr(spec.objectives)
+    from .study_key import StudyKey  # a leaf module: the one place names are built and parsed
+
     digest = hashlib.sha256(space.encode()).hexdigest()[:6]
     template = template_hash(spec.kernel, spec.template)[:8]
-    shape = problem.label if problem.layout == "NN" else f"{problem.label}.{problem.layout}"
-    gpu = f".{gpu_key}" if gpu_key else ""
-    return f"{spec.kernel}.{spec.template}.{problem.dtype}.{shape}.{template}.{digest}{gpu}"
+    return StudyKey(
+        spec.kernel, spec.template, problem.dtype, problem.label, problem.layout, template, digest, gpu_key
+    ).name
 
 
 _ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")

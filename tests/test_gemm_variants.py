@@ -185,17 +185,16 @@ def test_defaults_are_valid_for_every_dtype():
 
 
 def test_report_reads_dtype_and_layout_from_study_names():
-    from autotune.report import _ceilings_for, _name_parts
+    from autotune.report import name_parts, problem_work
 
-    p = _name_parts("gemm.auto.float16.255x257x253.TN.aab5e728.4b4eb4")
-    assert (p["dtype"], p["layout"], p["shape"], p["M"], p["K"]) == ("float16", "TN", "255x257x253", 255, 253)
-    assert _name_parts("gemm.simt.float32.4096x4096x4096.34107aaa")["layout"] == "NN"
-    assert _name_parts("conv2d.direct.float32.n1c64h56w56k64r3s3u1p1.NCHW.ab12cd34.ef56")["layout"] == "NCHW"
-    # tensor-core dtypes are measured against their own roof, not the fp32 FMA peak
-    assert (
-        _ceilings_for("nvidia-h200-sm90", None, "float16")["flops"]
-        > 10 * _ceilings_for("nvidia-h200-sm90", None)["flops"]
+    p = name_parts("gemm.auto.float16.255x257x253.TN.aab5e728.4b4eb4")
+    assert (p["dtype"], p["layout"], p["shape"], p["space_digest"]) == ("float16", "TN", "255x257x253", "4b4eb4")
+    assert problem_work(p["kernel"], p["shape"], p["dtype"], p["layout"]) == (
+        2 * 255 * 257 * 253,
+        (255 * 253 + 253 * 257 + 255 * 257) * 2,
     )
+    assert name_parts("gemm.simt.float32.4096x4096x4096.34107aaa")["layout"] == "NN"
+    assert name_parts("conv2d.direct.float32.n1c64h56w56k64r3s3u1p1.NCHW.ab12cd34.ef56")["layout"] == "NCHW"
 
 
 def test_export_describes_grid_z_and_scratch_for_split_k_and_conv(tmp_path):

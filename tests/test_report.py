@@ -32,6 +32,8 @@ TUNED = DATA / "tuned"
 STUDIES = ("gemm.simt.float32.4096x4096x4096.34107aaa", "gemm.simt.float32.16x4096x4096.34107aaa")
 SIMT = ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "VEC", "PAD", "DBUF"]
 PLOTS_WITH_TUNED = 7  # outcomes, progress, importance, parameters x 2 studies, roofline, speedup vs cuBLAS
+# Ceilings given to the report in these tests: round test inputs, not any GPU's figures (a report carries none).
+GIVEN = {"flops": 50e12, "bandwidth": 2e12}
 
 
 def journal_trials(path: Path) -> dict[str, list]:
@@ -43,7 +45,8 @@ def journal_trials(path: Path) -> dict[str, list]:
         copy = Path(tmp) / "j.journal"
         shutil.copyfile(path, copy)
         storage = JournalStorage(JournalFileBackend(str(copy)))
-        return {s.study_name: storage.get_all_trials(s._study_id) for s in storage.get_all_studies()}
+        ids = {s.study_name: storage.get_study_id_from_name(s.study_name) for s in storage.get_all_studies()}
+        return {name: storage.get_all_trials(i) for name, i in ids.items()}
 
 
 def record(dest: Path, first: int) -> Path:
@@ -115,7 +118,9 @@ def test_columns_parse_the_study_name_and_hold_every_parameter(df):
     first = df[df["study"] == STUDIES[1]].iloc[0]
     parsed = (first["kernel"], first["template"], first["dtype"], first["shape"])
     assert parsed == ("gemm", "simt", "float32", "16x4096x4096")
-    assert (first["M"], first["N"], first["K"], first["template_hash"]) == (16, 4096, 4096, "34107aaa")
+    assert first["template_hash"] == "34107aaa" and pd.isna(first["space_digest"])  # recorded before space digests
+    # the problem's own work, from its family: 2MNK FLOPs, A and B read and C written once (float32)
+    assert (first["flops"], first["bytes"]) == (2 * 16 * 4096 * 4096, (16 * 4096 + 4096 * 4096 + 16 * 4096) * 4)
     for column in ("spread", "gbps", "compile_s", "registers", "shared_bytes", "spills", "occupancy", "datetime_start",
                    "datetime_complete", "elapsed_s", "owner"):  # fmt: skip
         assert column in df.columns
@@ -125,19 +130,112 @@ def test_columns_parse_the_study_name_and_hold_every_parameter(df):
     assert ((done["spread"] - done["iqr_ms"] / done["median_ms"]).abs() < 1e-12).all()
 
 
-def test_roofline_fraction_uses_the_shapes_intensity_and_the_ceilings(df):
+def test_roofline_fraction_uses_the_shapes_intensity_and_the_ceilings():
+    df = report.trials(JOURNAL, ceilings=GIVEN)
     done = df[df["status"] == "complete"]
     big = done[done["shape"] == "4096x4096x4096"].iloc[0]
-    assert big["intensity"] == pytest.approx(2 * 4096**3 / (3 * 4096 * 4096 * 4))
-    assert big["roofline_fraction"] == pytest.approx(big["tflops"] * 1e12 / 66.9e12)  # compute bound
+    assert big["intensity"] == pytest.approx(2 * 4096**3 / (3 * 4096 * 4096 * 4))  # above the ridge of 25 FLOP/B
+    assert big["roofline_fraction"] == pytest.approx(big["tflops"] * 1e12 / GIVEN["flops"])  # compute bound
     skinny = done[done["shape"] == "16x4096x4096"].iloc[0]
     bytes_ = (16 * 4096 + 4096 * 4096 + 16 * 4096) * 4
-    assert skinny["intensity"] == pytest.approx(2 * 16 * 4096 * 4096 / bytes_)
-    assert skinny["roofline_fraction"] == pytest.approx(skinny["tflops"] * 1e12 / (skinny["intensity"] * 4.2e12))
-    assert ((done["roofline_fraction"] > 0) & (done["roofline_fraction"] < 1)).all()
-    halved = report.trials(JOURNAL, ceilings={"flops": 66.9e12 / 2, "bandwidth": 4.2e12})
+    assert skinny["intensity"] == pytest.approx(2 * 16 * 4096 * 4096 / bytes_)  # below the ridge
+    bound = skinny["intensity"] * GIVEN["bandwidth"]
+    assert skinny["roofline_fraction"] == pytest.approx(skinny["tflops"] * 1e12 / bound)  # bandwidth bound
+    assert (done["roofline_fraction"] > 0).all()
+    halved = report.trials(JOURNAL, ceilings={**GIVEN, "flops": GIVEN["flops"] / 2})
     row = halved[(halved["study"] == big["study"]) & (halved["trial"] == big["trial"])].iloc[0]
     assert row["roofline_fraction"] == pytest.approx(2 * big["roofline_fraction"])
+
+
+def test_without_a_measured_ceiling_there_is_no_fraction_and_the_roofline_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no benchmarks/results/ here: no ceiling to read
+    df = report.trials(JOURNAL)
+    done = df[df["status"] == "complete"]
+    assert (done["intensity"] > 0).all() and df["roofline_fraction"].isna().all()
+    assert report.best(TUNED)["roofline_fraction"].isna().all()
+    rep = report.write_report(JOURNAL, tmp_path / "out")
+    assert "Roofline" in rep.plots  # the trials against their intensity, without a roof
+    notes = [n for n in rep.notes if n.startswith("Roofline")]
+    assert len(notes) == 1 and "no measured ceiling for recorded float32" in notes[0]
+    assert "no measured ceiling" in (tmp_path / "out" / "report.html").read_text()
+
+
+def write_ceilings(path: Path, gpu: str, flops: dict, bandwidth: float) -> Path:
+    doc = {"gpu": {"key": gpu}, "date": "2026-12-01", "method": "test input", "ceilings": {"flops": flops,
+           "bandwidth": bandwidth}}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(__import__("json").dumps(doc))
+    return path
+
+
+def test_measured_ceilings_files_apply_to_their_gpu_and_dtypes_only(tmp_path, monkeypatch):
+    results = tmp_path / "benchmarks" / "results"
+    file = write_ceilings(results / "ceilings.json", "nvidia-h200-sm90", {"float32": 40e12, "float16": 4e14}, 3e12)
+    (results / "gemm_other.json").write_text('{"rows": []}')  # benchmark results without ceilings: passed over
+    (results / "notes.json").write_text("not JSON")
+    runs = tmp_path / "runs" / "gemm"
+    runs.mkdir(parents=True)
+    for gpu in ("nvidia-h200-sm90", "other-gpu"):
+        shutil.copyfile(JOURNAL, runs / f"{gpu}.journal")
+    monkeypatch.chdir(tmp_path)
+    df = report.trials(tmp_path / "runs")
+    done = df[df["status"] == "complete"]
+    mine = done[done["gpu"] == "nvidia-h200-sm90"]
+    roof = (mine["intensity"] * 3e12).clip(upper=40e12)
+    assert ((mine["roofline_fraction"] - mine["tflops"] * 1e12 / roof).abs() < 1e-12).all() and len(mine)
+    assert done.loc[done["gpu"] == "other-gpu", "roofline_fraction"].isna().all()  # never another GPU's ceiling
+    monkeypatch.chdir(DATA)
+    same = report.trials(tmp_path / "runs", ceilings=file)  # a file given explicitly, from anywhere
+    assert same["roofline_fraction"].equals(df["roofline_fraction"])
+    assert report.trials(JOURNAL, ceilings=results)["roofline_fraction"].isna().all()  # "recorded" is no GPU key
+    rep = report.write_report(tmp_path / "runs", tmp_path / "out", ceilings=results)
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert f"float32 peak 40.0 TFLOP/s, bandwidth 3.0 TB/s (from {file})" in page
+    assert [n for n in rep.notes if "no measured ceiling" in n] == [
+        "Roofline gemm/other-gpu: no measured ceiling for other-gpu float32, so no roof and no fraction of it; pass "
+        "ceilings, or put a measured ceilings file in benchmarks/results/"
+    ]
+    lookup = report.ceiling_lookup(file)
+    assert lookup("nvidia-h200-sm90", "float16").flops == 4e14 and lookup("nvidia-h200-sm90", "bfloat16") is None
+
+
+def test_given_ceilings_may_differ_per_dtype():
+    lookup = report.ceiling_lookup({"flops": {"float32": 40e12, "float16": 4e14}, "bandwidth": 3e12})
+    assert lookup("any-gpu", "float16").flops == 4e14 and lookup(None, "float32").attainable(1.0) == 3e12
+    assert lookup("any-gpu", "tfloat32") is None
+    df = report.trials(JOURNAL, ceilings={"flops": {"float16": 4e14}, "bandwidth": 3e12})
+    assert df["roofline_fraction"].isna().all()  # the journal's studies are float32
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: {"flops": -1.0, "bandwidth": 1e12}, ["'flops'", "positive"]),
+        (lambda d: {"flops": 1e12}, ["'bandwidth'", "bytes per second"]),
+        (lambda d: d / "missing.json", ["does not exist"]),
+        (lambda d: (d / "empty").mkdir() or d / "empty", ["holds no measured ceilings"]),
+        (lambda d: write_ceilings(d / "c.json", "", {"float32": 1e12}, 1e12), ["c.json: gpu.key"]),
+        (lambda d: write_ceilings(d / "c.json", "g", 1e12, 1e12), ["c.json: ceilings.flops"]),
+        (lambda d: write_ceilings(d / "c.json", "g", {"float32": 1e12}, "fast"), ["c.json: ceilings.bandwidth"]),
+    ],
+)
+def test_bad_ceilings_are_one_sentence(make, words, tmp_path):
+    with pytest.raises(AutotuneError) as info:
+        report.trials(JOURNAL, ceilings=make(tmp_path))
+    assert all(w in str(info.value) for w in words) and "\n" not in str(info.value), str(info.value)
+
+
+def test_work_comes_from_each_familys_own_problem():
+    # conv n1c64h56w56k64r3s3u1p1: P = Q = 56; 2 N K P Q C R S FLOPs; x, w read and y written once (float32)
+    conv = report.problem_work("conv2d", "n1c64h56w56k64r3s3u1p1", "float32", "NCHW")
+    assert conv == (2 * 64 * 56 * 56 * 64 * 9, (64 * 56 * 56 + 64 * 64 * 9 + 64 * 56 * 56) * 4)
+    assert report.problem_work("gemm", "16x32x64", "float16", "TN") == (
+        2 * 16 * 32 * 64,
+        (16 * 64 + 64 * 32 + 16 * 32) * 2,
+    )
+    for unknown in (("nosuch", "16x32x64", "float32", "NN"), ("gemm", "n1c1h1w1k1r1s1u1p0", "float32", "NN"),
+                    ("gemm", "16x32x64", "float99", "NN"), (None, "my-study", None, None)):  # fmt: skip
+        assert all(math.isnan(v) for v in report.problem_work(*unknown)), unknown
 
 
 def test_best_so_far_is_monotone_and_ends_at_the_best(df):
@@ -240,7 +338,9 @@ def test_best_lists_every_stored_entry_with_its_provenance():
                    "trials", "study", "spec"):  # fmt: skip
         assert row[column] == entry[column], column
     assert row["cuda_driver"] == entry["versions"]["cuda_driver"] and row["verified"]
-    assert row["roofline_fraction"] == pytest.approx(entry["tflops"] * 1e12 / 66.9e12)
+    assert (row["flops"], row["bytes"]) == (2 * 4096**3, 3 * 4096 * 4096 * 4)
+    given = report.best(TUNED, ceilings=GIVEN).set_index("shape")
+    assert given.loc["4096x4096x4096", "roofline_fraction"] == pytest.approx(entry["tflops"] * 1e12 / GIVEN["flops"])
     one_gpu = report.best(TUNED / "nvidia-h200-sm90")
     one_file = report.best(TUNED / "nvidia-h200-sm90" / "gemm.json")
     assert one_gpu.equals(b) and one_file.equals(b)
