@@ -243,8 +243,10 @@ def test_gpu_run_resumes_a_torn_journal_from_the_command_line(tmp_path):
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stderr.count("cut short") == 1 and "Traceback" not in second.stderr
     assert len(list(journal.parent.glob("naive.journal.torn-*"))) == 1
-    study = optuna.load_study(study_name=study_name(load_spec(spec), load_spec(spec).problems[0]),
-                              storage=open_storage(str(journal)))  # fmt: skip
+    storage = open_storage(str(journal))
+    (name,) = optuna.get_all_study_names(storage)  # with --storage, the name carries the GPU key
+    assert name.startswith(study_name(load_spec(spec), load_spec(spec).problems[0]))
+    study = optuna.load_study(study_name=name, storage=storage)
     assert not study.get_trials(states=(TrialState.RUNNING,))
     evaluated = [
         t for t in study.trials if t.user_attrs.get("status") not in (None, "interrupted", "unevaluated", "invalid")
