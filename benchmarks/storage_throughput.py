@@ -127,7 +127,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
     ap.add_argument("--sampler", help="override the spec's sampler")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--quick", action="store_true", help="a short form: 40 trials, one pair of runs")
     args = ap.parse_args()
+    if args.quick:
+        args.trials, args.rounds = min(args.trials, 40), 1
     if not args.pg_url:
         print("storage_throughput: no PostgreSQL URL; pass --pg-url or set AUTOTUNE_BENCH_PG_URL", file=sys.stderr)
         return 2
