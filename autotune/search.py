@@ -25,10 +25,11 @@ from typing import Any, Protocol
 
 from .bench import Timing, TimingPlan
 from .compile_pool import CompilePool
+from .compiler import CompileResult
 from .energy import pareto_front
 from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
-from .space import Config, Nearest
+from .space import Config, Nearest, Param, Value
 from .spec import Spec
 from .templates import template_hash
 
@@ -286,6 +287,38 @@ def feasible_configs(spec: Spec, problem: Any, settings: Settings) -> list[Confi
     ]
 
 
+# --- seam: what the loop prepares candidates with, and how it asks the sampler (a replay substitutes both) ---
+@dataclass(frozen=True)
+class Preparation:
+    """How the loop turns configurations into candidates: the feasible list, the check before compiling, the
+    render, the compile's verdict and the study's name. By default the kernel family's templates; a replay of
+    recorded measurements (autotune.replay) brings its own, so it runs this same loop without a GPU."""
+
+    feasible: Callable[[Spec, Any, Settings], list[Config]] = feasible_configs
+    check: Callable[[Candidate, Settings], str | None] = static_check
+    render: Callable[[Candidate, Settings], Compiled] = render_candidate
+    finish: Callable[[Compiled, CompileResult, Settings], Compiled] = finish
+    study_name: Callable[[Spec, Any], str] = study_name
+
+
+def suggest_choice(trial: Any, p: Param) -> Value:
+    """Every parameter as an unordered choice among its values."""
+    return trial.suggest_categorical(p.name, list(p.values))
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """An Optuna sampler instance and how each parameter is put to it, in place of ``make_sampler(spec.sampler)``
+    and unordered choices. ``suggest`` must return one of the parameter's values and accept that value enqueued."""
+
+    sampler: Any
+    suggest: Callable[[Any, Param], Value] = suggest_choice
+
+
+TEMPLATES = Preparation()
+# --- end of seam ---
+
+
 def tune_shape(
     spec: Spec,
     problem: Any,
@@ -299,17 +332,21 @@ def tune_shape(
     prefetch: int = 4,
     abort_ratio: float | None = ABORT_RATIO,
     progress: Callable[[int, str], None] = lambda done, note: None,
+    prep: Preparation = TEMPLATES,
+    strategy: Strategy | None = None,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
     ``prefetch`` candidates are compiled ahead of the one on the GPU. ``evaluator`` runs candidates
-    (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them.
+    (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them. ``prep`` and ``strategy``
+    replace the templates and the spec's sampler (a replay of recorded measurements, autotune.replay).
     """
     import optuna
 
-    name = study_name(spec, problem)
+    name = prep.study_name(spec, problem)
+    sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
     study = optuna.create_study(
-        study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed),
+        study_name=name, storage=storage, sampler=sampler,
         directions=["minimize"] * len(spec.objectives), load_if_exists=True,
     )  # fmt: skip
     if spec.measures_energy:
@@ -317,7 +354,7 @@ def tune_shape(
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
     _fail_orphans(study)
-    feasible = feasible_configs(spec, problem, settings)
+    feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
         state.nearest = Nearest(spec.space, feasible, spec.seed)
@@ -346,7 +383,7 @@ def tune_shape(
             if trials is not None and state.evaluated + len(inflight) + (running is not None) >= trials:
                 return
             keys = {c.candidate.config.key for _, c, _ in inflight} | ({running} if running else set())
-            item = _ask_one(spec, study, problem, settings, state, proposals, keys)
+            item = _ask_one(spec, study, problem, settings, state, proposals, keys, prep, strategy)
             if item is None:
                 exhausted = True
                 return
@@ -369,7 +406,7 @@ def tune_shape(
             stopped = f"time budget of {minutes:g} min reached"
             break
         trial, c, handle = item
-        compiled = finish(c, compiler.result(handle), settings) if handle is not None else c
+        compiled = prep.finish(c, compiler.result(handle), settings) if handle is not None else c
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
@@ -387,8 +424,8 @@ def tune_shape(
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
 
-    best = _final_best(spec, problem, settings, state, evaluator, compiler)
-    front = _final_front(spec, problem, settings, state, evaluator, compiler) if spec.measures_energy else ()
+    best = _final_best(spec, problem, settings, state, evaluator, compiler, prep)
+    front = _final_front(spec, problem, settings, state, evaluator, compiler, prep) if spec.measures_energy else ()
     if spec.objectives == ("energy",) and front:
         best = min(front, key=lambda r: r.energy_j)  # type: ignore[arg-type, return-value]
     if best is not None and vendor is not None:
@@ -445,7 +482,8 @@ def _proposals(spec: Spec, state: _State, feasible: list[Config]) -> Iterator[di
 
 def _ask_one(
     spec: Spec, study: Any, problem: Any, settings: Settings, state: _State,
-    proposals: Iterator[dict[str, Any]], inflight: set[str],
+    proposals: Iterator[dict[str, Any]], inflight: set[str], prep: Preparation = TEMPLATES,
+    strategy: Strategy | None = None,
 ) -> tuple[Any, Compiled] | None:  # fmt: skip
     """The next new, valid candidate, rendered; None once the space looks exhausted.
 
@@ -454,6 +492,7 @@ def _ask_one(
     from optuna.trial import TrialState
 
     repaired: dict[str, Any] | None = None
+    suggest = strategy.suggest if strategy is not None else suggest_choice
     while True:
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) >= len(state.feasible):
             return None
@@ -463,7 +502,7 @@ def _ask_one(
         if fixed is not None:
             study.enqueue_trial(fixed)
         trial = study.ask()
-        values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
+        values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:
             prev_trial, prev = state.seen[config.key]
@@ -478,7 +517,7 @@ def _ask_one(
             state.stale += 1
             continue
         candidate = Candidate(spec.kernel, spec.template, problem, config)
-        reason = spec.space.violated(values) or static_check(candidate, settings)
+        reason = spec.space.violated(values) or prep.check(candidate, settings)
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
             _tell(study, trial, r, objectives=spec.objectives)
@@ -488,7 +527,7 @@ def _ask_one(
             continue
         state.stale = 0
         trial.set_user_attr("owner", _owner())  # lets a later run fail it as interrupted if this process dies
-        return trial, render_candidate(candidate, settings)
+        return trial, prep.render(candidate, settings)
 
 
 def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[str, Any] | None:
@@ -504,8 +543,9 @@ def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[s
 
 
 def _final_best(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
-) -> TrialResult | None:
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> TrialResult | None:  # fmt: skip
     """Re-verify and re-time the top few in this process, longer, so the winner is not noise: FINAL_ROUNDS
     interleaved rounds (a slow stretch of the GPU then lands on every finalist alike), each finalist's verdict its
     median round. A finalist that fails a round is out."""
@@ -513,8 +553,8 @@ def _final_best(
     longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
     finalists = []
     for before in done:
-        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        finalists.append(finish(c, compiler.result(compiler.submit(c)), longer))
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        finalists.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
     rounds: list[list[TrialResult] | None] = [[] for _ in finalists]
     for _ in range(FINAL_ROUNDS):
         for i, c in enumerate(finalists):
@@ -536,16 +576,17 @@ def _measured(r: TrialResult) -> bool:
 
 
 def _final_front(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
-) -> tuple[TrialResult, ...]:
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> tuple[TrialResult, ...]:  # fmt: skip
     """The time-energy Pareto front of the verified, energy-measured trials, each re-measured (time with the
     final plan, energy with a new batch); the front of the re-measured points, fastest first."""
     front = pareto_front((r for _, r in state.seen.values() if _measured(r)), _ms, _joules)
     longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None, energy=True)
     again = []
     for before in front:
-        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        r = evaluator.measure(finish(c, compiler.result(compiler.submit(c)), longer), longer)
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        r = evaluator.measure(prep.finish(c, compiler.result(compiler.submit(c)), longer), longer)
         if _measured(r):
             again.append(r)
         else:
