@@ -241,13 +241,16 @@ def record_spec(record: Record, sampler: str, seed: int, budget: int) -> Spec:
     )  # fmt: skip
 
 
-def replay_once(record: Record, variant: Variant, seed: int, budget: int, abort_ratio: float | None = 2.0) -> Run:
+def replay_once(
+    record: Record, variant: Variant, seed: int, budget: int, abort_ratio: float | None = 2.0,
+    evaluator: RecordedEvaluator | None = None,
+) -> Run:  # fmt: skip
     """One search of at most ``budget`` evaluations over the record, through the real loop, in memory."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = record_spec(record, variant.sampler, seed, budget)
-    evaluator = RecordedEvaluator(record)
+    evaluator = evaluator or RecordedEvaluator(record)
     settings = Settings(arch="record", tolerance=0.0, timing=SEARCH_PLAN, seed=seed)
     compiler = CompilePool("record", 1, recorded_compile(record))
     tune_shape(
