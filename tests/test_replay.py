@@ -133,3 +133,26 @@ def test_bad_replay_input_is_one_clear_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.gpu
+def test_a_brute_force_gpu_run_exports_a_complete_record_that_replays(tmp_path, capsys):
+    """GPU: a small fp16 mma space at 512^3 measured to the end, exported to T4, replayed: brute force in the record's
+    order reaches the optimum exactly where the run measured it."""
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).parent.parent / "configs" / "record_gemm_fp16.yaml").read_text())
+    spec.update(shapes=[[512, 512, 512]], params={**spec["params"], "BM": [64, 128], "BN": [64, 128], "BK": [32],
+                                                  "STAGES": [3], "RASTER": [1]})  # fmt: skip
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    journal, out = tmp_path / "rec.journal", tmp_path / "rec.json.gz"
+    argv = ["run", str(path), "--sampler", "brute", "--abort-ratio", "0", "--storage", str(journal)]
+    assert main([*argv, "--tuned-dir", str(tmp_path / "tuned")]) == 0
+    assert main(["export-t4", str(journal), "--out", str(out)]) == 0
+    record = load_record(out)
+    assert record.entries and all(e.ok for e in record.entries)
+    assert record.provenance["gpu"]["arch"].startswith("sm_") and record.provenance["template_hash"]
+    run = replay_once(record, Variant.named("brute"), 0, len(record.entries), abort_ratio=None)
+    position = next(i for i, e in enumerate(record.entries) if e.time_ms == record.optimum_ms) + 1
+    assert run.reach(record.optimum_ms)[0] == position
