@@ -138,13 +138,13 @@ def _replay_parsers(sub: Any) -> None:
     rp = sub.add_parser(
         "replay", help="replay a recorded space (T4 or Kernel Tuner cache) through the search loop, no GPU",
         description="Run the search loop on recorded measurements: evaluations and simulated time to come within "
-        "1%% and 5%% of the record's optimum, median and quartiles over seeds; a table and a plot.",
+        "1% and 5% of the record's optimum, median and quartiles over seeds; a table and a plot.",
     )  # fmt: skip
     rp.add_argument("record", help="a T4 record or a Kernel Tuner cache file (.json or .json.gz)")
     rp.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="search strategy (default tpe)")
     rp.add_argument("--runs", type=int, default=50, metavar="N", help="seeds (default 50)")
     rp.add_argument("--budget", type=int, default=300, metavar="N", help="evaluations per run (default 300)")
-    rp.add_argument("--startup", type=int, default=10, metavar="N", help="random trials before TPE's model")
+    rp.add_argument("--startup", type=int, default=10, metavar="N", help="TPE's random trials (default 10)")
     rp.add_argument("--abort-ratio", type=float, default=2.0, metavar="K", help="early abort as in run (0: never)")
     rp.add_argument("--out", type=Path, default=Path("replay"), metavar="DIR", help="table and plot (replay/)")
     ex = sub.add_parser("export-t4", help="write one study of a run as a T4 record (e.g. a --sampler brute run)")

@@ -69,7 +69,7 @@ class Variant:
     @classmethod
     def named(cls, name: str, startup: int = 10) -> Variant:
         """The variants behind ``--sampler``: tpe (the loop's default), random, brute, and TPE variants."""
-        if name in ("tpe", "random", "brute"):
+        if name in ("random", "brute") or (name == "tpe" and startup == 10):
             return cls(name, default=True)
         if name not in SAMPLERS:
             raise AutotuneError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
