@@ -53,7 +53,7 @@ KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "g
 RANDOM_BUDGET = 6000
 
 
-def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Path) -> None:
+def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Path, first_seed: int = 0) -> None:
     """Replay every strategy on every record; append each summary to <out>/replay_runs.json as it finishes."""
     store = out / "replay_runs.json"
     done = json.loads(store.read_text()) if store.exists() else []
@@ -64,7 +64,7 @@ def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Pat
                 continue
             b = min(len(record.entries), RANDOM_BUDGET) if name == "random" else budget
             t0 = time.monotonic()
-            s = replay(record, STRATEGIES[name], runs, b)
+            s = replay(record, STRATEGIES[name], runs, b, first_seed=first_seed)
             print(f"{record.name} {name}: {runs} runs in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
             done = [d for d in done if not (d["record"] == record.name and d["strategy"] == name)]
             done.append({"record": record.name, "strategy": name, "budget": b, "optimum_ms": record.optimum_ms,
@@ -72,12 +72,19 @@ def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Pat
             store.write_text(json.dumps(done))
 
 
-def _summaries(out: Path) -> list[Summary]:
-    done = json.loads((out / "replay_runs.json").read_text())
+def _summaries(dirs: list[Path], name: str = "replay_runs.json") -> list[Summary]:
+    """The runs stored in each folder (seeds of one strategy split over several processes are joined)."""
+    joined: dict[tuple[str, str], dict] = {}
+    for d in (json.loads((p / name).read_text()) for p in dirs if (p / name).exists()):
+        for x in d:
+            into = joined.setdefault((x["record"], x["strategy"]), {**x, "runs": []})
+            if into["budget"] != x["budget"]:
+                raise SystemExit(f"{x['record']} {x['strategy']}: runs with budgets {into['budget']} and {x['budget']}")
+            into["runs"] += [r for r in x["runs"] if r[0] not in {s[0] for s in into["runs"]}]
     return [
         Summary(d["record"], d["strategy"], d["budget"],
-                tuple(Run(seed, tuple(b), tuple(t)) for seed, b, t in d["runs"]), d["optimum_ms"])
-        for d in done
+                tuple(Run(seed, tuple(b), tuple(t)) for seed, b, t in sorted(d["runs"])), d["optimum_ms"])
+        for d in joined.values()
     ]  # fmt: skip
 
 
@@ -139,14 +146,11 @@ def _kt_run(kernel_tuner, data, cache, strategy, seed, budget, keys, present) ->
     return [seed, bests, times]
 
 
-def table(out: Path) -> None:
-    """replay_evidence.* (ours) and replay_vs_kernel_tuner.* (ours with Kernel Tuner's), plus the plots."""
-    ours_s = _summaries(out)
-    kt_s = []
-    if (out / "replay_kt_runs.json").exists():
-        for d in json.loads((out / "replay_kt_runs.json").read_text()):
-            runs = tuple(Run(seed, tuple(b), tuple(t)) for seed, b, t in d["runs"])
-            kt_s.append(Summary(d["record"], d["strategy"], d["budget"], runs, d["optimum_ms"]))
+def table(out: Path, runs_from: list[Path]) -> None:
+    """replay_evidence.* (ours) and replay_vs_kernel_tuner.* (ours with Kernel Tuner's), plus the plots; the runs
+    are read from ``runs_from`` (default: ``out``)."""
+    ours_s = _summaries(runs_from)
+    kt_s = _summaries(runs_from, "replay_kt_runs.json")
     for name, summaries in (("replay_evidence", ours_s), ("replay_vs_kernel_tuner", ours_s + kt_s)):
         rows = [row for s in sorted(summaries, key=lambda s: s.record) for row in s.rows()]
         (out / f"{name}.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
@@ -201,15 +205,17 @@ def main() -> None:
     ap.add_argument("--record", type=Path, action="append", help="records (default: the two Kernel Tuner files)")
     ap.add_argument("--strategy", action="append", help="strategies of the part (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
+    ap.add_argument("--runs-from", type=Path, action="append", help="table: folders of stored runs (default --out)")
     args = ap.parse_args()
     records = args.record or [KT_DIR / r for r in RECORDS]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.part == "ours":
-        ours(records, args.strategy or list(STRATEGIES), args.runs, args.budget, args.out)
+        ours(records, args.strategy or list(STRATEGIES), args.runs, args.budget, args.out, args.first_seed)
     elif args.part == "kt":
         kt(records, args.strategy or list(KT_STRATEGIES), args.runs, args.budget, args.out)
     else:
-        table(args.out)
+        table(args.out, args.runs_from or [args.out])
 
 
 if __name__ == "__main__":
