@@ -155,11 +155,17 @@ def recorded_compile(record: Record) -> Any:
     return compile_fn
 
 
-class RecordedEvaluator:
-    """Answers for the GPU worker from the record, and keeps the search's events: (status, ms, simulated s)."""
+class TargetReached(Exception):
+    """Raised by a :class:`RecordedEvaluator` once the search is as close to the optimum as any threshold asks:
+    nothing the search does after that can change the table, so the replay stops it there."""
 
-    def __init__(self, record: Record) -> None:
-        self.record = record
+
+class RecordedEvaluator:
+    """Answers for the GPU worker from the record, and keeps the search's events: (status, ms, simulated s).
+    ``stop_at_ms``: raise :class:`TargetReached` after the first verified candidate at least that fast."""
+
+    def __init__(self, record: Record, stop_at_ms: float | None = None) -> None:
+        self.record, self.stop_at_ms = record, stop_at_ms
         self.events: list[tuple[Status, float, float]] = []
 
     def vendor(self, kernel: str, problem: Any, plan: Any) -> None:
@@ -178,6 +184,8 @@ class RecordedEvaluator:
     def _log(self, settings: Settings, r: TrialResult, cost_s: float) -> TrialResult:
         if settings.timing == SEARCH_PLAN:  # the final re-timing of finalists is not part of the search
             self.events.append((r.status, r.median_ms, cost_s))
+            if self.stop_at_ms is not None and r.ok and r.median_ms <= self.stop_at_ms:
+                raise TargetReached
         return r
 
 
@@ -244,20 +252,26 @@ def record_spec(record: Record, sampler: str, seed: int, budget: int) -> Spec:
 def replay_once(
     record: Record, variant: Variant, seed: int, budget: int, abort_ratio: float | None = 2.0,
     evaluator: RecordedEvaluator | None = None,
+    stop: bool = True,
 ) -> Run:  # fmt: skip
-    """One search of at most ``budget`` evaluations over the record, through the real loop, in memory."""
+    """One search of at most ``budget`` evaluations over the record, through the real loop, in memory; with
+    ``stop``, it ends as soon as it is within the tightest threshold of the optimum."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec = record_spec(record, variant.sampler, seed, budget)
-    evaluator = evaluator or RecordedEvaluator(record)
+    stop_at = record.optimum_ms * (1 + min(THRESHOLDS)) if stop else None
+    evaluator = evaluator or RecordedEvaluator(record, stop_at)
     settings = Settings(arch="record", tolerance=0.0, timing=SEARCH_PLAN, seed=seed)
     compiler = CompilePool("record", 1, recorded_compile(record))
-    tune_shape(
-        spec, spec.problems[0], settings, optuna.storages.InMemoryStorage(), trials=budget, minutes=None,
-        evaluator=evaluator, compiler=compiler, prefetch=1, abort_ratio=abort_ratio, prep=preparation(record),
-        strategy=make_strategy(variant, seed),
-    )  # fmt: skip
+    try:
+        tune_shape(
+            spec, spec.problems[0], settings, optuna.storages.InMemoryStorage(), trials=budget, minutes=None,
+            evaluator=evaluator, compiler=compiler, prefetch=1, abort_ratio=abort_ratio, prep=preparation(record),
+            strategy=make_strategy(variant, seed),
+        )  # fmt: skip
+    except TargetReached:
+        pass
     return trace(evaluator.events, seed)
 
 

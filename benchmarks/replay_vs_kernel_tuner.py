@@ -50,7 +50,7 @@ STRATEGIES = {
     "tpe ordered": Variant("tpe", True, 10, "log"),
 }
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "pso", "diff_evo")
-RANDOM_BUDGET = 6000
+RANDOM_BUDGET = 4000
 
 
 def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Path, first_seed: int = 0) -> None:
@@ -201,7 +201,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=("ours", "kt", "table"), required=True)
     ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--budget", type=int, default=700, help="evaluations per search (random: up to 6000)")
+    ap.add_argument("--budget", type=int, default=700, help="evaluations per search (random: up to 4000)")
     ap.add_argument("--record", type=Path, action="append", help="records (default: the two Kernel Tuner files)")
     ap.add_argument("--strategy", action="append", help="strategies of the part (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")

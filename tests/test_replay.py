@@ -40,7 +40,7 @@ def synthetic() -> Record:
 
 def test_brute_force_replay_needs_exactly_the_evaluations_and_seconds_before_the_optimum():
     record = synthetic()
-    run = replay_once(record, Variant.named("brute"), seed=0, budget=100, abort_ratio=None)
+    run = replay_once(record, Variant.named("brute"), seed=0, budget=100, abort_ratio=None, stop=False)
     # Evaluations: the compile failure counts (it cost a compile), the invalid one does not.
     assert len(run.best_ms) == 7
     assert run.reach(1.05 * record.optimum_ms)[0] == 3  # compile failure, 3 ms, 1.04 ms
@@ -50,12 +50,14 @@ def test_brute_force_replay_needs_exactly_the_evaluations_and_seconds_before_the
     assert run.reach(1.05)[1] == pytest.approx(at_5)
     assert run.reach(1.01)[1] == pytest.approx(at_5 + 2 * (100.0 / 1e3 + per))
     assert run.best_ms[-1] == 1.0 and math.isinf(run.best_ms[0])
+    stopped = replay_once(record, Variant.named("brute"), seed=0, budget=100, abort_ratio=None)
+    assert stopped.best_ms == run.best_ms[:5] and stopped.elapsed_s == run.elapsed_s[:5]  # ends at the optimum
 
 
 def test_early_abort_stops_slow_candidates_and_saves_their_timing():
     record = synthetic()
-    full = replay_once(record, Variant.named("brute"), 0, 100, abort_ratio=None)
-    aborted = replay_once(record, Variant.named("brute"), 0, 100, abort_ratio=2.0)
+    full = replay_once(record, Variant.named("brute"), 0, 100, abort_ratio=None, stop=False)
+    aborted = replay_once(record, Variant.named("brute"), 0, 100, abort_ratio=2.0, stop=False)
     assert aborted.best_ms == full.best_ms  # the aborted ones are the slow ones
     assert aborted.elapsed_s[-1] < full.elapsed_s[-1]
 
@@ -84,9 +86,9 @@ def test_trace_counts_evaluations_as_the_loop_does():
 @pytest.mark.parametrize("sampler", ["tpe", "random", "tpe-ordered"])
 def test_a_replay_of_the_committed_record_is_deterministic_for_a_seed(sampler):
     record = load_record(RECORD)
-    a = replay_once(record, Variant.named(sampler), seed=7, budget=40)
-    b = replay_once(record, Variant.named(sampler), seed=7, budget=40)
-    c = replay_once(record, Variant.named(sampler), seed=8, budget=40)
+    a = replay_once(record, Variant.named(sampler), seed=7, budget=40, stop=False)
+    b = replay_once(record, Variant.named(sampler), seed=7, budget=40, stop=False)
+    c = replay_once(record, Variant.named(sampler), seed=8, budget=40, stop=False)
     assert a == b
     assert len(a.best_ms) == 40 and a.best_ms != c.best_ms
     assert all(x >= record.optimum_ms for x in a.best_ms)
@@ -104,7 +106,7 @@ def test_model_based_replays_evaluate_only_recorded_configurations_and_none_twic
                 seen.append(c.candidate.config.key)
             return super().measure(c, settings)
 
-    run = replay_once(record, Variant.named("tpe"), seed=1, budget=120, evaluator=Spy(record))
+    run = replay_once(record, Variant.named("tpe"), seed=1, budget=120, evaluator=Spy(record), stop=False)
     assert len(run.best_ms) == 120
     assert set(seen) <= set(record.by_key) and len(seen) == len(set(seen))
 
@@ -153,6 +155,6 @@ def test_a_brute_force_gpu_run_exports_a_complete_record_that_replays(tmp_path, 
     record = load_record(out)
     assert record.entries and all(e.ok for e in record.entries)
     assert record.provenance["gpu"]["arch"].startswith("sm_") and record.provenance["template_hash"]
-    run = replay_once(record, Variant.named("brute"), 0, len(record.entries), abort_ratio=None)
+    run = replay_once(record, Variant.named("brute"), 0, len(record.entries), abort_ratio=None, stop=False)
     position = next(i for i, e in enumerate(record.entries) if e.time_ms == record.optimum_ms) + 1
     assert run.reach(record.optimum_ms)[0] == position
