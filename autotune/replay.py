@@ -10,16 +10,18 @@ compile, validation, benchmark and framework times of every candidate tried), ne
 of the record's optimum; over seeds, the median and quartiles. The loop's final re-timing of its finalists is
 not counted: it comes after the search found them.
 
-    autotune replay tests/data/records/convolution_A100.subset.json.gz --sampler tpe --runs 50 --budget 300
+    autotune replay tests/data/records/convolution_A100.subset400.json.gz --sampler tpe --runs 50 --budget 300
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from .bench import Timing
@@ -43,8 +45,6 @@ class RecordProblem:
     label: str
     layout: str = "NN"
     dtype: str = "record"
-    flops: float = 0.0
-    bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,21 +77,15 @@ class Variant:
 
 
 def _ordered(p: Param) -> bool:
-    return len(p.values) >= 3 and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in p.values
-    )
+    return len(p.values) >= 3 and all(type(v) is int and v > 0 for v in p.values)
 
 
 def suggest_log(trial: Any, p: Param) -> Value:
-    """Positive numeric parameters with 3 or more values as an integer on a log scale, snapped to the nearest value
+    """Positive integer parameters with 3 or more values as an integer on a log scale, snapped to the nearest value
     in log space (a model-based sampler then knows 64 lies between 32 and 128); other parameters as choices."""
     if not _ordered(p):
         return suggest_choice(trial, p)
-    lo, hi = min(p.values), max(p.values)
-    if all(isinstance(v, int) for v in p.values):
-        x: float = trial.suggest_int(p.name, int(lo), int(hi), log=True)
-    else:
-        x = trial.suggest_float(p.name, float(lo), float(hi), log=True)
+    x = trial.suggest_int(p.name, min(p.values), max(p.values), log=True)  # type: ignore[type-var]
     return min(p.values, key=lambda v: abs(math.log(v) - math.log(x)))  # type: ignore[arg-type]
 
 
@@ -156,8 +150,7 @@ def recorded_compile(record: Record) -> Any:
 
 
 class TargetReached(Exception):
-    """Raised by a :class:`RecordedEvaluator` once the search is as close to the optimum as any threshold asks:
-    nothing the search does after that can change the table, so the replay stops it there."""
+    """The search came as close to the optimum as any threshold asks: nothing after can change the table."""
 
 
 class RecordedEvaluator:
@@ -203,8 +196,7 @@ def _recorded_result(e: Entry, c: Compiled, settings: Settings) -> tuple[TrialRe
         probe = settings.timing.probe
         t = Timing(median, lo, hi, iqr, min(probe, repeats), aborted=True)
         cost = (e.validation_ms + e.framework_ms + e.benchmark_ms * min(1.0, probe / max(repeats, 1))) / 1e3
-        reason = f"{median:.3g} ms, above the abort line of {line:.3g} ms"
-        return TrialResult(Status.PRUNED, reason, name, config, t), cost
+        return TrialResult(Status.PRUNED, f"{median:.3g} ms, above the abort line {line:.3g}", name, config, t), cost
     t = Timing(median, lo, hi, iqr, repeats)
     return TrialResult(Status.COMPLETE, None, name, config, t), run_s
 
@@ -251,8 +243,7 @@ def record_spec(record: Record, sampler: str, seed: int, budget: int) -> Spec:
 
 def replay_once(
     record: Record, variant: Variant, seed: int, budget: int, abort_ratio: float | None = 2.0,
-    evaluator: RecordedEvaluator | None = None,
-    stop: bool = True,
+    evaluator: RecordedEvaluator | None = None, stop: bool = True,
 ) -> Run:  # fmt: skip
     """One search of at most ``budget`` evaluations over the record, through the real loop, in memory; with
     ``stop``, it ends as soon as it is within the tightest threshold of the optimum."""
@@ -365,17 +356,13 @@ def plot(summaries: Sequence[Summary], path: Any) -> Any:
             ratio[i, : len(r.best_ms)] = np.array(r.best_ms) / s.optimum_ms
             ratio[i, len(r.best_ms) :] = r.best_ms[-1] / s.optimum_ms if r.best_ms else np.nan
         ratio[~np.isfinite(ratio)] = np.nan
-        x = np.arange(1, n + 1)
         q1, q2, q3 = np.nanpercentile(ratio, [25, 50, 75], axis=0)
-        ax.plot(x, q2, label=s.variant)
-        ax.fill_between(x, q1, q3, alpha=0.2)
+        ax.plot(np.arange(1, n + 1), q2, label=s.variant)
+        ax.fill_between(np.arange(1, n + 1), q1, q3, alpha=0.2)
     for within in THRESHOLDS:
         ax.axhline(1 + within, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_ylim(0.99, 2.0)
-    ax.set_xlabel("evaluations")
-    ax.set_ylabel("best time / record optimum (median, quartiles)")
-    ax.set_title(summaries[0].record if summaries else "")
+    ax.set(xscale="log", ylim=(0.99, 2.0), xlabel="evaluations", title=summaries[0].record if summaries else "",
+           ylabel="best time / record optimum (median, quartiles)")  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -386,14 +373,11 @@ def plot(summaries: Sequence[Summary], path: Any) -> Any:
 def replay_command(record_path: str, sampler: str, runs: int, budget: int, abort_ratio: float, out: Any,
                    startup: int = 10) -> int:  # fmt: skip
     """``autotune replay``: the table on stdout; replay_<record>_<sampler>.{png,csv,md} in ``out``."""
-    import csv
-    from pathlib import Path
-
     from .progress import Progress
 
-    for name, v in (("--runs", runs), ("--budget", budget), ("--startup", startup)):
-        if v < 1 and not (name == "--startup" and v == 0):
-            raise AutotuneError(f"{name} must be a positive integer, got {v}")
+    for name, v, least in (("--runs", runs, 1), ("--budget", budget, 1), ("--startup", startup, 0)):
+        if v < least:
+            raise AutotuneError(f"{name} must be an integer of at least {least}, got {v}")
     if not math.isfinite(abort_ratio) or (abort_ratio and abort_ratio < 1):
         raise AutotuneError(f"--abort-ratio must be 0 (never abort) or at least 1, got {abort_ratio}")
     from .t4 import load_record
@@ -405,13 +389,11 @@ def replay_command(record_path: str, sampler: str, runs: int, budget: int, abort
     bar.close(f"optimum {record.optimum_ms:.4g} ms")
     rows = s.rows()
     print(markdown(rows))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"replay_{record.name}_{sampler}"  # record names hold dots: no with_suffix
+    Path(out).mkdir(parents=True, exist_ok=True)
+    stem = Path(out) / f"replay_{record.name}_{sampler}"  # record names hold dots: no with_suffix
     with open(f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        csv.DictWriter(f, fieldnames=list(rows[0])).writeheader()
+        csv.DictWriter(f, fieldnames=list(rows[0])).writerows(rows)
     Path(f"{stem}.md").write_text(markdown(rows))
     plot([s], f"{stem}.png")
     print(f"table and plot: {stem}.{{csv,md,png}}")

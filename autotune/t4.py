@@ -328,3 +328,28 @@ def export_command(source: str, study: str | None, out: str) -> int:
     ok = sum(e.ok for e in record.entries)
     print(f"wrote {path}: {len(record.entries)} configurations ({ok} correct) of {study}")
     return 0
+
+
+def to_kt_cache(record: Record, device_name: str = "", kernel_name: str = "") -> dict[str, Any]:
+    """The record as a Kernel Tuner cache file (what its simulation mode replays): failures as its error strings."""
+    keys = [p.name for p in record.params]
+    failures = {v: k for k, v in KT_FAILURES.items()}
+    cache = {}
+    for e in record.entries:
+        values = e.config.as_dict()
+        if not e.ok:
+            time: Any = failures.get(e.validity.value, "RuntimeFailedConfig")
+        else:
+            time = e.time_ms
+        cache[",".join(str(values[k]) for k in keys)] = {
+            **values, "time": time, "times": list(e.runtimes_ms), "compile_time": e.compile_ms,
+            "verification_time": e.validation_ms, "benchmark_time": e.benchmark_ms, "framework_time": e.framework_ms,
+            "strategy_time": 0, "timestamp": e.timestamp,
+        }  # fmt: skip
+    prov = record.provenance
+    return {
+        "device_name": device_name or str(prov.get("device_name", "recorded")),
+        "kernel_name": kernel_name or str(prov.get("kernel_name", record.name)),
+        "problem_size": prov.get("problem_size", [1]), "tune_params_keys": keys,
+        "tune_params": {p.name: list(p.values) for p in record.params}, "objective": "time", "cache": cache,
+    }  # fmt: skip

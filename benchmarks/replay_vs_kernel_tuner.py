@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import json
 import math
 import random
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.replay import Run, Summary, Variant, markdown, plot, quantiles, replay  # noqa: E402
-from autotune.t4 import load_record  # noqa: E402
+from autotune.t4 import load_record, to_kt_cache  # noqa: E402
 
 KT_DIR = next(
     (d for d in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if d.is_dir()), ROOT.parent / "shared"
@@ -95,8 +94,8 @@ def kt(records: list[Path], strategies: list[str], runs: int, budget: int, out: 
     store = out / "replay_kt_runs.json"
     done = json.loads(store.read_text()) if store.exists() else []
     for path in records:
-        data = json.loads(gzip.open(path, "rt").read()) if path.name.endswith(".gz") else json.loads(path.read_text())
         record = load_record(path)
+        data = to_kt_cache(record)  # a Kernel Tuner file comes back as it was; a T4 record (ours) is converted
         keys = data["tune_params_keys"]
         present = {",".join(str(c[k]) for k in keys) for c in data["cache"].values()}
         with tempfile.TemporaryDirectory() as tmp:

@@ -127,7 +127,7 @@ def test_replay_summary_over_seeds_and_the_cli(tmp_path, capsys):
     ("argv", "message"),
     [
         (["replay", "missing.json", "--runs", "2"], "record file not found"),
-        (["replay", str(RECORD), "--runs", "0"], "--runs must be a positive integer"),
+        (["replay", str(RECORD), "--runs", "0"], "--runs must be an integer of at least 1"),
         (["replay", str(RECORD), "--abort-ratio", "0.5"], "--abort-ratio must be 0"),
     ],
 )

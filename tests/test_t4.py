@@ -14,7 +14,7 @@ from autotune.errors import AutotuneError
 from autotune.evaluate import Settings
 from autotune.search import open_storage, study_name, tune_shape
 from autotune.spec import load_spec
-from autotune.t4 import Validity, from_kt_cache, load_record, study_record, subset, to_t4, write_t4
+from autotune.t4 import Validity, from_kt_cache, load_record, study_record, subset, to_kt_cache, to_t4, write_t4
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time
 
 KT_DIR = next(
@@ -156,3 +156,14 @@ def test_bad_records_and_sources_are_one_clear_error(tmp_path, capsys):
     assert main(["export-t4", str(tmp_path / "none.journal"), "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
     assert "no such journal file" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_record_converts_back_to_a_kernel_tuner_cache():
+    """What Kernel Tuner's simulation mode replays (benchmarks/replay_vs_kernel_tuner.py): failures keep their kind."""
+    raw = kt_cache()
+    back = to_kt_cache(from_kt_cache(raw, "c"))
+    assert back["tune_params_keys"] == raw["tune_params_keys"] and back["tune_params"] == raw["tune_params"]
+    assert set(back["cache"]) == set(raw["cache"])
+    for key, e in raw["cache"].items():
+        assert back["cache"][key]["time"] == e["time"]
+        assert back["cache"][key]["compile_time"] == e["compile_time"]
