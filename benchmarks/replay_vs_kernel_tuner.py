@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import math
 import random
@@ -71,10 +72,38 @@ def ours(records: list[Path], names: list[str], runs: int, budget: int, out: Pat
             store.write_text(json.dumps(done))
 
 
+def _stored(folder: Path, name: str) -> list[dict]:
+    """The summaries a folder holds: ``name`` as the parts write it, and ``name``.gz packed by the table part (each
+    run as its improvements only, [evaluation, best ms, simulated s]: all that the table and plots read)."""
+    out = json.loads((folder / name).read_text()) if (folder / name).exists() else []
+    packed = folder / f"{name}.gz"
+    for d in json.loads(gzip.open(packed, "rt").read()) if packed.exists() else []:
+        runs = []
+        for seed, n, steps in d["runs"]:
+            best, spent = [math.inf] * n, [0.0] * n
+            for i, b, t in steps:
+                best[i:], spent[i:] = [b] * (n - i), [t] * (n - i)
+            runs.append([seed, best, spent])
+        out.append({**d, "runs": runs})
+    return out
+
+
+def _pack(summaries: list[Summary]) -> list[dict]:
+    rows = []
+    for s in summaries:
+        runs = []
+        for r in s.runs:
+            steps = [[i, b, r.elapsed_s[i]] for i, b in enumerate(r.best_ms) if i == 0 or b < r.best_ms[i - 1]]
+            runs.append([r.seed, len(r.best_ms), [x for x in steps if math.isfinite(x[1])]])
+        rows.append({"record": s.record, "strategy": s.variant, "budget": s.budget, "optimum_ms": s.optimum_ms,
+                     "runs": runs})  # fmt: skip
+    return rows
+
+
 def _summaries(dirs: list[Path], name: str = "replay_runs.json") -> list[Summary]:
     """The runs stored in each folder (seeds of one strategy split over several processes are joined)."""
     joined: dict[tuple[str, str], dict] = {}
-    for d in (json.loads((p / name).read_text()) for p in dirs if (p / name).exists()):
+    for d in (_stored(p, name) for p in dirs):
         for x in d:
             into = joined.setdefault((x["record"], x["strategy"]), {**x, "runs": []})
             if into["budget"] != x["budget"]:
@@ -150,6 +179,9 @@ def table(out: Path, runs_from: list[Path]) -> None:
     are read from ``runs_from`` (default: ``out``)."""
     ours_s = _summaries(runs_from)
     kt_s = _summaries(runs_from, "replay_kt_runs.json")
+    for name, summaries in (("replay_runs.json.gz", ours_s), ("replay_kt_runs.json.gz", kt_s)):
+        with gzip.open(out / name, "wt") as f:  # every run, packed: the table can be made again from these
+            json.dump(_pack(summaries), f)
     for name, summaries in (("replay_evidence", ours_s), ("replay_vs_kernel_tuner", ours_s + kt_s)):
         rows = [row for s in sorted(summaries, key=lambda s: s.record) for row in s.rows()]
         (out / f"{name}.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
