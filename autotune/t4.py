@@ -279,7 +279,9 @@ def _versions() -> dict[str, Any]:
     """Versions of what measured and searched; the GPU where one is visible (an export on the tuning host)."""
     import importlib.metadata as md
 
-    out: dict[str, Any] = {}
+    from . import __version__
+
+    out: dict[str, Any] = {"autotune": __version__}
     for pkg in ("optuna", "cupy-cuda13x", "cupy-cuda12x", "cupy"):
         try:
             out[pkg] = md.version(pkg)
@@ -292,6 +294,10 @@ def _versions() -> dict[str, Any]:
         out["gpu"] = {"name": gpu.name, "arch": gpu.arch, "key": gpu.key, "driver": gpu.driver, "runtime": gpu.runtime}
     except AutotuneError as exc:
         out["gpu"] = f"not recorded: {exc}"
+        return out
+    from .compiler import nvrtc_version
+
+    out["nvrtc"] = nvrtc_version()  # a GPU was usable, so CuPy and NVRTC load
     return out
 
 
