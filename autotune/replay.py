@@ -357,7 +357,7 @@ def plot(summaries: Sequence[Summary], path: Any) -> Any:
             ratio[i, len(r.best_ms) :] = r.best_ms[-1] / s.optimum_ms if r.best_ms else np.nan
         ratio[~np.isfinite(ratio)] = np.nan
         q1, q2, q3 = np.nanpercentile(ratio, [25, 50, 75], axis=0)
-        ax.plot(np.arange(1, n + 1), q2, label=s.variant)
+        ax.plot(np.arange(1, n + 1), q2, label=s.variant, linestyle="--" if s.variant.startswith("Kernel") else "-")
         ax.fill_between(np.arange(1, n + 1), q1, q3, alpha=0.2)
     for within in THRESHOLDS:
         ax.axhline(1 + within, color="grey", linestyle=":", linewidth=1)
