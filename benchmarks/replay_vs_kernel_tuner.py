@@ -48,6 +48,7 @@ STRATEGIES = {
     "tpe (default)": Variant("tpe", default=True),
     "tpe startup=30": Variant("tpe", True, 30),
     "tpe ordered": Variant("tpe", True, 10, "log"),
+    "tpe ordered startup=30": Variant("tpe", True, 30, "log"),
 }
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "pso", "diff_evo")
 RANDOM_BUDGET = 4000
