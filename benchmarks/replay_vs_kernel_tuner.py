@@ -49,6 +49,7 @@ STRATEGIES = {
     "tpe startup=30": Variant("tpe", True, 30),
     "tpe ordered": Variant("tpe", True, 10, "log"),
     "tpe ordered startup=30": Variant("tpe", True, 30, "log"),
+    "nsga2": Variant("nsga2", default=True),  # Optuna's genetic algorithm (population 16), single objective here
 }
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "simulated_annealing", "greedy_ils", "pso", "diff_evo")
 RANDOM_BUDGET = 4000
