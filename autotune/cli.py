@@ -145,7 +145,30 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--all", action="store_true", dest="show_all", help="also list shapes measured on one side only"
     )
+    _replay_parsers(sub)
     return parser
+
+
+def _replay_parsers(sub: Any) -> None:
+    """``replay`` and ``export-t4``: search strategies on recorded spaces (autotune.replay, autotune.t4)."""
+    from .replay import SAMPLERS
+
+    rp = sub.add_parser(
+        "replay", help="replay a recorded space (T4 or Kernel Tuner cache) through the search loop, no GPU",
+        description="Run the search loop on recorded measurements: evaluations and simulated time to come within "
+        "1% and 5% of the record's optimum, median and quartiles over seeds; a table and a plot.",
+    )  # fmt: skip
+    rp.add_argument("record", help="a T4 record or a Kernel Tuner cache file (.json or .json.gz)")
+    rp.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="search strategy (default tpe)")
+    rp.add_argument("--runs", type=int, default=50, metavar="N", help="seeds (default 50)")
+    rp.add_argument("--budget", type=int, default=300, metavar="N", help="evaluations per run (default 300)")
+    rp.add_argument("--startup", type=int, default=10, metavar="N", help="TPE's random trials (default 10)")
+    rp.add_argument("--abort-ratio", type=float, default=2.0, metavar="K", help="early abort as in run (0: never)")
+    rp.add_argument("--out", type=Path, default=Path("replay"), metavar="DIR", help="table and plot (replay/)")
+    ex = sub.add_parser("export-t4", help="write one study of a run as a T4 record (e.g. a --sampler brute run)")
+    ex.add_argument("source", help="a study journal or an Optuna storage URL")
+    ex.add_argument("--study", help="the study's name (needed when the storage holds several)")
+    ex.add_argument("--out", required=True, metavar="FILE", help="the record: FILE.json or FILE.json.gz")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +195,15 @@ def main(argv: list[str] | None = None) -> int:
             from .report import compare_command
 
             return compare_command(args.a, args.b, args.out, show_all=args.show_all)
+        if args.command == "replay":
+            from .replay import replay_command
+
+            return replay_command(args.record, args.sampler, args.runs, args.budget, args.abort_ratio, args.out,
+                                  args.startup)  # fmt: skip
+        if args.command == "export-t4":
+            from .t4 import export_command
+
+            return export_command(args.source, args.study, args.out)
     except AutotuneError as exc:
         return _user_error(str(exc), exc.exit_code, args.verbose)
     except OSError as exc:

@@ -25,10 +25,11 @@ from typing import Any, Protocol
 
 from .bench import Timing, TimingPlan
 from .compile_pool import CompilePool
+from .compiler import CompileResult
 from .energy import pareto_front
 from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
-from .space import Config, Nearest
+from .space import Config, Nearest, Param, Value
 from .spec import Spec
 from .storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
 from .templates import template_hash
@@ -167,13 +168,18 @@ def _journal_file(path: str) -> Any:
     return backend
 
 
+# Random trials before TPE models the space: 30 replayed best on the recorded spaces (benchmarks/results/
+# replay_vs_kernel_tuner.md: within 5% of the optimum in 64 and 475 evaluations, against 76 and 679 with 10).
+TPE_STARTUP = 30
+
+
 def make_sampler(name: str, seed: int) -> Any:
     import optuna
 
     if name == "tpe":
         with warnings.catch_warnings():  # multivariate/group are "experimental" but what conditional spaces need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=10)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=TPE_STARTUP)
     if name in ("random", "brute"):  # brute enqueues every configuration itself, see _proposals
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
@@ -381,6 +387,38 @@ def feasible_configs(spec: Spec, problem: Any, settings: Settings) -> list[Confi
     ]
 
 
+# --- seam: what the loop prepares candidates with, and how it asks the sampler (a replay substitutes both) ---
+@dataclass(frozen=True)
+class Preparation:
+    """How the loop turns configurations into candidates: the feasible list, the check before compiling, the
+    render, the compile's verdict and the study's name. By default the kernel family's templates; a replay of
+    recorded measurements (autotune.replay) brings its own, so it runs this same loop without a GPU."""
+
+    feasible: Callable[[Spec, Any, Settings], list[Config]] = feasible_configs
+    check: Callable[[Candidate, Settings], str | None] = static_check
+    render: Callable[[Candidate, Settings], Compiled] = render_candidate
+    finish: Callable[[Compiled, CompileResult, Settings], Compiled] = finish
+    study_name: Callable[..., str] = study_name  # (spec, problem[, gpu_key])
+
+
+def suggest_choice(trial: Any, p: Param) -> Value:
+    """Every parameter as an unordered choice among its values."""
+    return trial.suggest_categorical(p.name, list(p.values))
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """An Optuna sampler instance and how each parameter is put to it, in place of ``make_sampler(spec.sampler)``
+    and unordered choices. ``suggest`` must return one of the parameter's values and accept that value enqueued."""
+
+    sampler: Any
+    suggest: Callable[[Any, Param], Value] = suggest_choice
+
+
+TEMPLATES = Preparation()
+# --- end of seam ---
+
+
 def tune_shape(
     spec: Spec,
     problem: Any,
@@ -396,19 +434,23 @@ def tune_shape(
     progress: Callable[[int, str], None] = lambda done, note: None,
     shared: bool = False,
     gpu_key: str = "",
+    prep: Preparation = TEMPLATES,
+    strategy: Strategy | None = None,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
     ``prefetch`` candidates are compiled ahead of the one on the GPU. ``evaluator`` runs candidates
     (a :class:`autotune.worker.GPUWorker` in real runs) and ``compiler`` compiles them. ``shared``: other
     workers tune the same study at the same time (see :mod:`autotune.shared_study`); the trial budget is then the
-    study's, and one worker re-times the finalists. ``gpu_key`` goes into the study's name.
+    study's, and one worker re-times the finalists. ``gpu_key`` goes into the study's name. ``prep`` and
+    ``strategy`` replace the templates and the spec's sampler (a replay of recorded measurements, autotune.replay).
     """
     import optuna
 
-    name = study_name(spec, problem, gpu_key)
+    name = prep.study_name(spec, problem, gpu_key) if gpu_key else prep.study_name(spec, problem)
+    sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
     study = optuna.create_study(
-        study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed),
+        study_name=name, storage=storage, sampler=sampler,
         directions=["minimize"] * len(spec.objectives), load_if_exists=True,
     )  # fmt: skip
     if spec.measures_energy:
@@ -416,7 +458,7 @@ def tune_shape(
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
     orphans = failed_orphans(study, storage)
-    feasible = feasible_configs(spec, problem, settings)
+    feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
     if shared:
         from .shared_study import Claims, retry
@@ -454,7 +496,7 @@ def tune_shape(
             if state.claims and state.claims.final_claimed:  # another worker has ended the shape's search
                 return
             keys = {c.candidate.config.key for _, c, _ in inflight} | ({running} if running else set())
-            item = _ask_one(spec, study, problem, settings, state, proposals, keys)
+            item = _ask_one(spec, study, problem, settings, state, proposals, keys, prep, strategy)
             if item is None:
                 exhausted = True
                 return
@@ -482,7 +524,7 @@ def tune_shape(
             stopped = f"time budget of {minutes:g} min reached"
             break
         trial, c, handle = item
-        compiled = finish(c, compiler.result(handle), settings) if handle is not None else c
+        compiled = prep.finish(c, compiler.result(handle), settings) if handle is not None else c
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
@@ -505,8 +547,8 @@ def tune_shape(
             state.claims.release(trial)
 
     def retime() -> tuple[TrialResult | None, tuple[TrialResult, ...], tuple[str, Timing] | None]:
-        best = _final_best(spec, problem, settings, state, evaluator, compiler)
-        front = _final_front(spec, problem, settings, state, evaluator, compiler) if spec.measures_energy else ()
+        best = _final_best(spec, problem, settings, state, evaluator, compiler, prep)
+        front = _final_front(spec, problem, settings, state, evaluator, compiler, prep) if spec.measures_energy else ()
         if spec.objectives == ("energy",) and front:
             best = min(front, key=lambda r: r.energy_j)  # type: ignore[arg-type, return-value]
         final_vendor = vendor
@@ -574,7 +616,8 @@ def _proposals(spec: Spec, state: _State, feasible: list[Config]) -> Iterator[di
 
 def _ask_one(
     spec: Spec, study: Any, problem: Any, settings: Settings, state: _State,
-    proposals: Iterator[dict[str, Any]], inflight: set[str],
+    proposals: Iterator[dict[str, Any]], inflight: set[str], prep: Preparation = TEMPLATES,
+    strategy: Strategy | None = None,
 ) -> tuple[Any, Compiled] | None:  # fmt: skip
     """The next new, valid candidate, rendered; None once the space looks exhausted.
 
@@ -583,6 +626,7 @@ def _ask_one(
     from optuna.trial import TrialState
 
     repaired: dict[str, Any] | None = None
+    suggest = strategy.suggest if strategy is not None else suggest_choice
     while True:
         elsewhere = state.claims.others(state) if state.claims else 0
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
@@ -593,7 +637,7 @@ def _ask_one(
         trial = _ask_owned(study, fixed)
         if state.claims:
             state.claims.asked(trial)
-        values = spec.space.walk(lambda p, t=trial: t.suggest_categorical(p.name, list(p.values)))
+        values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:
             prev_trial, prev = state.seen[config.key]
@@ -608,7 +652,7 @@ def _ask_one(
             state.stale += 1
             continue
         candidate = Candidate(spec.kernel, spec.template, problem, config)
-        reason = spec.space.violated(values) or static_check(candidate, settings)
+        reason = spec.space.violated(values) or prep.check(candidate, settings)
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
             _tell(study, trial, r, objectives=spec.objectives)
@@ -626,7 +670,7 @@ def _ask_one(
             state.stale += 1
             continue
         state.stale = 0
-        return trial, render_candidate(candidate, settings)
+        return trial, prep.render(candidate, settings)
 
 
 def _ask_owned(study: Any, fixed: dict[str, Any] | None) -> Any:
@@ -657,8 +701,9 @@ def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[s
 
 
 def _final_best(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
-) -> TrialResult | None:
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> TrialResult | None:  # fmt: skip
     """Re-verify and re-time the top few in this process, longer, so the winner is not noise: FINAL_ROUNDS
     interleaved rounds (a slow stretch of the GPU then lands on every finalist alike), each finalist's verdict its
     median round. A finalist that fails a round is out."""
@@ -666,8 +711,8 @@ def _final_best(
     longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
     finalists = []
     for before in done:
-        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        finalists.append(finish(c, compiler.result(compiler.submit(c)), longer))
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        finalists.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
     rounds: list[list[TrialResult] | None] = [[] for _ in finalists]
     for _ in range(FINAL_ROUNDS):
         for i, c in enumerate(finalists):
@@ -689,16 +734,17 @@ def _measured(r: TrialResult) -> bool:
 
 
 def _final_front(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool
-) -> tuple[TrialResult, ...]:
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> tuple[TrialResult, ...]:  # fmt: skip
     """The time-energy Pareto front of the verified, energy-measured trials, each re-measured (time with the
     final plan, energy with a new batch); the front of the re-measured points, fastest first."""
     front = pareto_front((r for _, r in state.seen.values() if _measured(r)), _ms, _joules)
     longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None, energy=True)
     again = []
     for before in front:
-        c = render_candidate(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        r = evaluator.measure(finish(c, compiler.result(compiler.submit(c)), longer), longer)
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        r = evaluator.measure(prep.finish(c, compiler.result(compiler.submit(c)), longer), longer)
         if _measured(r):
             again.append(r)
         else:
