@@ -162,7 +162,7 @@ def _replay_parsers(sub: Any) -> None:
     rp.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="search strategy (default tpe)")
     rp.add_argument("--runs", type=int, default=50, metavar="N", help="seeds (default 50)")
     rp.add_argument("--budget", type=int, default=300, metavar="N", help="evaluations per run (default 300)")
-    rp.add_argument("--startup", type=int, default=10, metavar="N", help="TPE's random trials (default 10)")
+    rp.add_argument("--startup", type=int, default=30, metavar="N", help="TPE's random trials (default 30)")
     rp.add_argument("--abort-ratio", type=float, default=2.0, metavar="K", help="early abort as in run (0: never)")
     rp.add_argument("--out", type=Path, default=Path("replay"), metavar="DIR", help="table and plot (replay/)")
     ex = sub.add_parser("export-t4", help="write one study of a run as a T4 record (e.g. a --sampler brute run)")

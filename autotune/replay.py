@@ -29,7 +29,7 @@ from .compile_pool import CompilePool
 from .compiler import CompileResult
 from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult
-from .search import SEARCH_PLAN, Preparation, Strategy, suggest_choice, tune_shape
+from .search import SEARCH_PLAN, TPE_STARTUP, Preparation, Strategy, suggest_choice, tune_shape
 from .space import Param, Value
 from .spec import Budget, Spec
 from .t4 import Entry, Record, Validity, timing_of
@@ -55,7 +55,7 @@ class Variant:
 
     sampler: str = "tpe"
     multivariate: bool = True
-    startup: int = 10
+    startup: int = TPE_STARTUP
     encoding: str = "choice"
     default: bool = False  # the loop's own make_sampler(sampler), exactly as `autotune run` uses it
 
@@ -67,9 +67,9 @@ class Variant:
         return f"tpe {mode} startup={self.startup} {self.encoding}"
 
     @classmethod
-    def named(cls, name: str, startup: int = 10) -> Variant:
+    def named(cls, name: str, startup: int = TPE_STARTUP) -> Variant:
         """The variants behind ``--sampler``: tpe (the loop's default), random, brute, and TPE variants."""
-        if name in ("random", "brute") or (name == "tpe" and startup == 10):
+        if name in ("random", "brute") or (name == "tpe" and startup == TPE_STARTUP):
             return cls(name, default=True)
         if name not in SAMPLERS:
             raise AutotuneError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
@@ -371,7 +371,7 @@ def plot(summaries: Sequence[Summary], path: Any) -> Any:
 
 
 def replay_command(record_path: str, sampler: str, runs: int, budget: int, abort_ratio: float, out: Any,
-                   startup: int = 10) -> int:  # fmt: skip
+                   startup: int = TPE_STARTUP) -> int:  # fmt: skip
     """``autotune replay``: the table on stdout; replay_<record>_<sampler>.{png,csv,md} in ``out``."""
     from .progress import Progress
 
