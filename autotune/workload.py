@@ -153,10 +153,12 @@ def _parse_task(item: Any, key: str, fail: Callable[[str, str], SpecError]) -> T
 
 @dataclass(frozen=True)
 class SliceResult:
-    """What one slice of tuning left: the best verified time of ours (None: nothing verified) and the vendor's."""
+    """What one slice of tuning left: the best verified time of ours (None: nothing verified), the vendor's, and
+    the wall minutes it really took (None: the slice's nominal length), which is what the budget pays."""
 
     best_ms: float | None
     vendor_ms: float | None
+    minutes: float | None = None
 
 
 @dataclass
@@ -216,8 +218,9 @@ def schedule(
     step = 0
     while left >= size * 0.5:
         state = next(warm, None) or max(order, key=lambda s: s.priority(optimism))
-        spent = min(size, left)
-        result = tune(state.task, spent)
+        nominal = min(size, left)
+        result = tune(state.task, nominal)
+        spent = max(nominal, result.minutes or 0.0)  # an overrun costs what it took; an early end, the slice
         state.slices += 1
         state.minutes += spent
         state.best_ms = _min(state.best_ms, result.best_ms)

@@ -22,17 +22,19 @@ def _workload(*problems, spaces=None):
 def test_plan_picks_a_space_per_problem_and_warm_starts_from_stored_winners():
     w = _workload(
         {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "512x4096x4096", "time_share": 0.7},
-        {"kernel": "gemm", "dtype": "float32", "layout": "NT", "shape": "16x4096x4096", "time_share": 0.3},
+        {"kernel": "gemm", "dtype": "float32", "layout": "NT", "shape": "16x4096x4096", "time_share": 0.2},
+        {"kernel": "gemm", "dtype": "tfloat32", "layout": "NN", "shape": "64x64x64", "time_share": 0.1},
     )
     stored = {
         "float16/NN/4096x4096x4096": {"verified": True, "template": "nonexistent", "params": {"X": 1}},
     }
     p = plan(w, lambda kernel: stored)
-    fp16, fp32 = w.tasks
+    fp16, fp32, tf32 = w.tasks
     assert p.specs[fp16].template == "auto" and p.specs[fp16].problems[0].label == "512x4096x4096"
     assert p.specs[fp16].start_from == ()  # a winner that is not a configuration of the space is not a start
     assert p.specs[fp16].objectives == ("time",)
-    assert fp32 in p.skipped  # no fp32 template computes NT: the vendor serves it
+    assert p.specs[fp32].template == "skinny_nt"  # nn.Linear's layout: the decode space, W read in place
+    assert "no default space" in p.skipped[tf32]  # nothing to tune it with: the vendor serves it
 
 
 def test_plan_uses_a_stored_winner_that_fits_as_a_start_point():
@@ -85,7 +87,7 @@ def test_run_workload_spends_the_budget_and_prints_the_model_gain(capsys):
 
 
 def test_run_workload_with_nothing_tunable_is_one_sentence():
-    w = _workload({"kernel": "gemm", "dtype": "float32", "layout": "TT", "shape": "64x64x64", "time_share": 1})
+    w = _workload({"kernel": "gemm", "dtype": "tfloat32", "layout": "NN", "shape": "64x64x64", "time_share": 1})
     with pytest.raises(AutotuneError, match="no problem of the workload can be tuned"):
         run_workload(w, minutes=1.0, session=FakeSession({}))
 

@@ -158,3 +158,10 @@ def test_final_rows_weight_by_calls():
     model = rows[-1]
     assert model["vendor_ms"] == pytest.approx(12.0) and model["served_ms"] == pytest.approx(7.0)
     assert model["gain"] == pytest.approx(12.0 / 7.0)
+
+
+def test_the_budget_pays_each_slices_real_wall_time():
+    """A slice that overran (its space, the vendor and the final re-timing take time too) costs what it took."""
+    tasks = _tasks([0.5, 0.5])
+    states = schedule(tasks, 4.0, lambda t, m: SliceResult(1.0, 1.0, minutes=2 * m), slice_minutes=1.0)
+    assert sum(s.slices for s in states) == 2 and sum(s.minutes for s in states) == pytest.approx(4.0)
