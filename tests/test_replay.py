@@ -158,3 +158,17 @@ def test_a_brute_force_gpu_run_exports_a_complete_record_that_replays(tmp_path, 
     run = replay_once(record, Variant.named("brute"), 0, len(record.entries), abort_ratio=None, stop=False)
     position = next(i for i, e in enumerate(record.entries) if e.time_ms == record.optimum_ms) + 1
     assert run.reach(record.optimum_ms)[0] == position
+
+
+H200_RECORD = Path(__file__).parent / "data" / "records" / "record_gemm_fp16_h200.json.gz"
+
+
+def test_our_h200_record_is_complete_and_the_default_finds_its_optimum_region():
+    """The brute-force record of configs/record_gemm_fp16.yaml measured on the H200 (2026-12-01): every
+    configuration of the space is in it, and the default strategy comes within 5% of its optimum in the budget."""
+    record = load_record(H200_RECORD)
+    assert len(record.by_key) == 856 and record.optimum_ms > 0
+    runs = [replay_once(record, Variant.named("tpe"), seed=s, budget=120, stop=False) for s in (0, 1)]
+    for run in runs:
+        assert run.best_ms[-1] <= 1.05 * record.optimum_ms
+    assert runs[0] == replay_once(record, Variant.named("tpe"), seed=0, budget=120, stop=False)
