@@ -14,7 +14,7 @@ an A100), and any T4 record given with --record (our H200 brute-force record).
         same seeds, max_fevals = the budget; the space is restricted to the cache's configurations (what is
         absent is infeasible for both tools). Its evaluations are counted as Kernel Tuner counts unique
         configurations tried, in its own order (results list), invalid ones included.
-  table both side by side: <out>/replay_vs_kernel_tuner.{json,csv,md}; ours alone in replay_evidence.*, plots
+  table both side by side: <out>/replay_vs_kernel_tuner.{json,csv,md}, plots
         replay_<record>.png.
 """
 
@@ -177,14 +177,14 @@ def _kt_run(kernel_tuner, data, cache, strategy, seed, budget, keys, present) ->
 
 
 def table(out: Path, runs_from: list[Path]) -> None:
-    """replay_evidence.* (ours) and replay_vs_kernel_tuner.* (ours with Kernel Tuner's), plus the plots; the runs
+    """replay_vs_kernel_tuner.* (ours with Kernel Tuner's), plus the plots; the runs
     are read from ``runs_from`` (default: ``out``)."""
     ours_s = _summaries(runs_from)
     kt_s = _summaries(runs_from, "replay_kt_runs.json")
     for name, summaries in (("replay_runs.json.gz", ours_s), ("replay_kt_runs.json.gz", kt_s)):
         with gzip.open(out / name, "wt") as f:  # every run, packed: the table can be made again from these
             json.dump(_pack(summaries), f)
-    for name, summaries in (("replay_evidence", ours_s), ("replay_vs_kernel_tuner", ours_s + kt_s)):
+    for name, summaries in (("replay_vs_kernel_tuner", ours_s + kt_s),):
         rows = [row for s in sorted(summaries, key=lambda s: s.record) for row in s.rows()]
         (out / f"{name}.json").write_text(json.dumps(rows, indent=1, default=str) + "\n")
         with open(out / f"{name}.csv", "w", newline="") as f:
@@ -232,7 +232,9 @@ def _evals(s: Summary) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("ours", "kt", "table"), required=True)
+    ap.add_argument("--part", choices=("all", "ours", "kt", "table"), default="all",
+                    help="one step, or all three (default): ours, Kernel Tuner's, then the table")  # fmt: skip
+    ap.add_argument("--quick", action="store_true", help="a short form: 3 seeds, a budget of 200")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--budget", type=int, default=700, help="evaluations per search (random: up to 4000)")
     ap.add_argument("--record", type=Path, action="append", help="records (default: the two Kernel Tuner files)")
@@ -241,13 +243,15 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
     ap.add_argument("--runs-from", type=Path, action="append", help="table: folders of stored runs (default --out)")
     args = ap.parse_args()
+    if args.quick:
+        args.runs, args.budget = min(args.runs, 3), min(args.budget, 200)
     records = args.record or [KT_DIR / r for r in RECORDS]
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.part == "ours":
+    if args.part in ("all", "ours"):
         ours(records, args.strategy or list(STRATEGIES), args.runs, args.budget, args.out, args.first_seed)
-    elif args.part == "kt":
+    if args.part in ("all", "kt"):
         kt(records, args.strategy or list(KT_STRATEGIES), args.runs, args.budget, args.out)
-    else:
+    if args.part in ("all", "table"):
         table(args.out, args.runs_from or [args.out])
 
 
