@@ -62,7 +62,7 @@ def test_every_cli_example_parses(where, argv):
     assert args.command == argv[0]
 
 
-CPU_RUNNABLE = [(w, a) for w, a in autotune_lines() if a[0] in ("report", "compare", "export")
+CPU_RUNNABLE = [(w, a) for w, a in autotune_lines() if a[0] in ("report", "compare", "export", "replay")
                 or "--compile-only" in a]  # fmt: skip
 
 
