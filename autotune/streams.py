@@ -62,8 +62,9 @@ def capturing() -> bool:
     try:
         if cp.cuda.get_current_stream().is_capturing():
             return True
-    except cp.cuda.runtime.CUDARuntimeError:  # the legacy stream, queried while another stream captures
-        return True
+    except cp.cuda.runtime.CUDARuntimeError as exc:  # the legacy stream, queried while another stream captures
+        # only the stream-capture errors (cudaErrorStreamCapture*, 900-908) mean a capture; no device means none
+        return getattr(exc, "status", None) in range(900, 909)
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
