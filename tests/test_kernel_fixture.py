@@ -16,8 +16,9 @@ FIXTURE = json.loads((Path(__file__).parent / "data" / "kernel_fixture.json").re
 CASES = {case[0]: case[1:] for case in cases()}
 
 
-def test_the_fixture_covers_every_stored_entry_and_nothing_else():
-    assert sorted(CASES) == sorted(FIXTURE)
+def test_every_captured_case_is_still_stored_or_generated():
+    """Entries tuned after the capture are new (nothing to compare them with); every captured one must remain."""
+    assert set(FIXTURE) <= set(CASES)
     assert sum(c.startswith("tuned/") for c in CASES) >= 30 and any(c.startswith("tests/data/") for c in CASES)
 
 
