@@ -9,30 +9,34 @@ are already far slower than the best so far stops being timed (pruned).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
 import random
-import socket
 import time
-import warnings
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from .bench import Timing, TimingPlan
 from .compile_pool import CompilePool
 from .compiler import CompileResult
 from .energy import pareto_front
-from .errors import AutotuneError
 from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
+from .samplers import NSGA_POPULATION, TPE_STARTUP, make_sampler  # noqa: F401 - re-exported
 from .space import Config, Nearest, Param, Value
 from .spec import Spec
-from .storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
+from .study_storage import (  # noqa: F401 - re-exported: the loop's storage and its orphans
+    _owner,
+    default_storage,
+    fail_orphans,
+    failed_orphans,
+    open_journal,
+    open_storage,
+    orphan_reason,
+)
 from .templates import template_hash
+from .trial_record import _tell, objective_values, result_attrs, result_from_trial  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +47,6 @@ FINAL_PLAN = TimingPlan(warmup=3, min_repeats=10, max_repeats=200, target_ms=400
 # The verification launch already loaded and ran the kernel, so the search needs no further warm-up.
 SEARCH_PLAN = TimingPlan(warmup=0, min_repeats=5, max_repeats=50, target_ms=40.0, probe=3)
 ABORT_RATIO = 2.0  # stop timing a candidate whose first launches take this many times the best so far
-NSGA_POPULATION = 16  # NSGA-II's generation size: small, since energy costs 1-2 s per candidate
 
 
 class Evaluator(Protocol):
@@ -77,129 +80,6 @@ class ShapeOutcome:
         return self.vendor.median_ms / self.best.timing.median_ms
 
 
-def default_storage(spec: Spec, gpu_key: str, runs_dir: Path) -> str:
-    return str(runs_dir / spec.name / f"{gpu_key}.journal")
-
-
-def open_storage(storage: str) -> Any:
-    """A journal file path or any Optuna storage URL (sqlite:///..., postgresql://...).
-
-    A bad URL, a missing database driver or an unreadable journal is one sentence (AutotuneError). A journal
-    whose last record was cut short is repaired first: the fragment is set aside beside it (one warning).
-    """
-
-    if "://" in storage:  # a database: heartbeats let workers that share it fail a dead one's trials
-        from .study_database import rdb_storage
-
-        check_url(storage)
-        try:
-            return rdb_storage(storage)
-        except AutotuneError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - drivers raise their own types; each means "cannot open this URL"
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise AutotuneError(
-                f"{redact(storage)} cannot be opened as an Optuna storage ({type(exc).__name__}: {first})"
-            ) from None
-    path = Path(storage)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        backend = _journal_file(storage)
-        note = _repair_journal(path)
-    except OSError as exc:
-        raise AutotuneError(f"journal {path} cannot be opened ({exc.strerror or exc})") from None
-    if note:
-        log.warning("%s", note)
-    return open_journal(path, backend)
-
-
-def _repair_journal(path: Path) -> str | None:
-    """Set a torn trailing record aside under the journal's own lock (no writer appends meanwhile)."""
-    from optuna.storages.journal import JournalFileSymlinkLock
-
-    lock = JournalFileSymlinkLock(str(path))  # the lock file the backend's appends take
-    lock.acquire()
-    try:
-        return set_aside_torn_tail(path)
-    finally:
-        lock.release()
-
-
-def open_journal(path: Path, backend: Any) -> Any:
-    """Optuna's JournalStorage over ``backend``; a journal it cannot replay is one sentence naming the line."""
-    from optuna.storages import JournalStorage
-
-    try:
-        return JournalStorage(backend)
-    except (ValueError, KeyError, TypeError, AssertionError) as exc:  # JSONDecodeError is a ValueError
-        bad = first_bad_line(path)
-        if bad is None:
-            raise AutotuneError(
-                f"{path}: Optuna cannot replay this journal ({type(exc).__name__}); move it aside to start afresh"
-            ) from None
-        raise AutotuneError(
-            f"{path}, line {bad[0]}: {bad[1]}; remove that line, or move the journal aside to start afresh"
-        ) from None
-
-
-def _journal_file(path: str) -> Any:
-    """Optuna's journal file backend, minus the fsync after every record.
-
-    A trial writes some 20 records (each parameter, each attribute); an fsync each cost 0.3-1 ms, tens of ms
-    per candidate on the search's critical path. Records still go to the operating system at once (under
-    the same lock), so a killed or crashed run loses nothing; only a power cut could lose the last moments.
-    """
-    from optuna.storages.journal import JournalFileBackend
-
-    try:
-        from optuna.storages.journal._file import get_lock_file
-    except ImportError:  # another Optuna: use its backend as it is
-        return JournalFileBackend(path)
-
-    class JournalFile(JournalFileBackend):
-        def append_logs(self, logs: list[dict[str, Any]]) -> None:
-            data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
-            with get_lock_file(self._lock), open(self._file_path, "ab") as f:
-                f.write(data)
-
-    backend = JournalFile(path)
-    if not (hasattr(backend, "_lock") and hasattr(backend, "_file_path")):  # another Optuna: use it as it is
-        return JournalFileBackend(path)
-    return backend
-
-
-# Random trials before TPE models the space: 30 replayed best on the recorded spaces (benchmarks/results/
-# replay_vs_kernel_tuner.md: within 5% of the optimum in 64 and 475 evaluations, against 76 and 679 with 10).
-TPE_STARTUP = 30
-
-
-def make_sampler(name: str, seed: int) -> Any:
-    import optuna
-
-    if name == "tpe":
-        with warnings.catch_warnings():  # multivariate/group are "experimental" but what conditional spaces need
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=TPE_STARTUP)
-    if name in ("random", "brute"):  # brute enqueues every configuration itself, see _proposals
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "gp":
-        _need("torch", "gp")
-        return optuna.samplers.GPSampler(seed=seed)
-    if name == "cmaes":
-        _need("cmaes", "cmaes")
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA_POPULATION)
-    raise AutotuneError(f"unknown sampler {name!r}")
-
-
-def _need(module: str, sampler: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise AutotuneError(f"sampler {sampler!r} needs the package {module!r}; install it with pip install {module}")
-
-
 def study_name(spec: Spec, problem: Any, gpu_key: str = "") -> str:
     """``gemm.simt.float32.4096x4096x4096.<template hash>.<space hash>[.<gpu key>]``.
 
@@ -220,137 +100,6 @@ def study_name(spec: Spec, problem: Any, gpu_key: str = "") -> str:
     return StudyKey(
         spec.kernel, spec.template, problem.dtype, problem.label, problem.layout, template, digest, gpu_key
     ).name
-
-
-_ATTRS = ("median_ms", "min_ms", "max_ms", "iqr_ms", "repeats")
-
-
-def result_attrs(r: TrialResult) -> dict[str, Any]:
-    """What a trial stores: ``status`` for queries, everything else in one ``result`` mapping."""
-    result: dict[str, Any] = {
-        "reason": r.reason,
-        "kernel_name": r.kernel_name,
-        "config_key": r.config.key,
-        "error": r.error,
-        "tflops": r.tflops,
-        "gbps": r.gbps,
-        "registers": r.registers,
-        "shared_bytes": r.shared_bytes,
-        "spills": r.spills,
-        "compile_s": r.compile_s,
-        "occupancy": r.occupancy,
-        "source_hash": r.source_hash,
-        "template_hash": r.template_hash,
-        "energy_j": r.energy_j,
-        "gflops_per_j": r.gflops_per_j,
-        "energy_method": r.energy_method,
-        "energy_note": r.energy_note,
-        "extra_bytes": r.extra_bytes,
-    }
-    if r.timing:
-        result.update({k: getattr(r.timing, k) for k in _ATTRS})
-    return {"status": r.status.value, "result": {k: v for k, v in result.items() if v is not None}}
-
-
-def result_from_trial(t: Any, config: Config) -> TrialResult:
-    a = t.user_attrs.get("result", {})
-    timing = Timing(*(a[k] for k in _ATTRS)) if "median_ms" in a else None
-    return TrialResult(
-        Status(t.user_attrs["status"]), a.get("reason"), a.get("kernel_name", ""), config, timing, a.get("error"),
-        a.get("tflops"), a.get("gbps"), a.get("registers"), a.get("shared_bytes"), a.get("spills"),
-        a.get("compile_s"), a.get("source_hash", ""), a.get("template_hash", ""), a.get("occupancy"),
-        energy_j=a.get("energy_j"), gflops_per_j=a.get("gflops_per_j"), energy_method=a.get("energy_method"),
-        energy_note=a.get("energy_note"), extra_bytes=a.get("extra_bytes"),
-    )  # fmt: skip
-
-
-def objective_values(r: TrialResult, objectives: tuple[str, ...]) -> list[float] | None:
-    """What the study minimizes for a complete trial: ms and/or J per launch; None if energy is missing."""
-    values = [r.median_ms if o == "time" else r.energy_j for o in objectives]
-    return None if any(v is None for v in values) else values  # type: ignore[return-value]
-
-
-def _tell(
-    study: Any, trial: Any, r: TrialResult, extra: dict[str, Any] | None = None, objectives: tuple[str, ...] = ("time",)
-) -> None:
-    from optuna.trial import TrialState
-
-    for k, v in {**result_attrs(r), **(extra or {})}.items():
-        trial.set_user_attr(k, v)
-    values = objective_values(r, objectives) if r.status is Status.COMPLETE else None
-    if values is not None:
-        study.tell(trial, values if len(values) > 1 else values[0])
-    elif r.status is Status.COMPLETE:  # verified and timed, but the energy the study needs was not measured
-        study.tell(trial, state=TrialState.FAIL)
-    elif r.status in (Status.INVALID, Status.PRUNED):
-        # Pruned (not failed) so that TPE counts the region as bad and steers away from it.
-        study.tell(trial, state=TrialState.PRUNED)
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def orphan_reason(trial: Any, host: str | None = None) -> str | None:
-    """Why a RUNNING trial can no longer finish, or None while its process may still be running it.
-
-    Every trial this module asks for carries its owner (host:pid) from the moment it exists (see
-    :func:`_ask_owned`). A trial with no owner was asked by a process killed before it could mark it (an
-    older autotune asked first and marked later); a trial whose owner on this host is gone was interrupted.
-    Owners on other hosts cannot be checked from here and are left alone.
-    """
-    owner = trial.user_attrs.get("owner")
-    if not owner:
-        return "interrupted: its process ended before it marked the trial as its own"
-    h, _, pid = str(owner).rpartition(":")
-    if h == (host or socket.gethostname()) and pid.isdigit() and not _pid_alive(int(pid)):
-        return f"interrupted: its process ({owner}) ended before the trial finished"
-    return None
-
-
-def fail_orphans(study: Any, storage: Any) -> int:
-    """Fail the study's RUNNING trials that no live process will finish, each with its reason; how many."""
-    return len(failed_orphans(study, storage))
-
-
-def failed_orphans(study: Any, storage: Any) -> list[Any]:
-    """Fail the study's RUNNING trials that no live process will finish, each with its reason; return them.
-
-    Public Optuna API only: the reason goes in through the storage's ``set_trial_user_attr`` and the trial
-    ends with ``study.tell(number, state=FAIL)``.
-    """
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    study_id = storage.get_study_id_from_name(study.study_name)
-    failed: list[Any] = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        reason = orphan_reason(t)
-        if reason is None:
-            continue
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        try:
-            storage.set_trial_user_attr(trial_id, "status", "interrupted")
-            storage.set_trial_user_attr(trial_id, "result", {"reason": reason})
-        except UpdateFinishedTrialError:  # another process starting at the same time failed it first
-            continue
-        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-        failed.append(t)
-    if failed:
-        log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, len(failed))
-    return failed
 
 
 @dataclass
