@@ -206,8 +206,10 @@ def test_compile_only_without_limit_says_what_it_plans_then_shows_progress(tmp_p
 
 
 def test_spill_wording_counts_kernels():
-    assert cli._spill_note(1) == "1 kernel spills registers"
-    assert cli._spill_note(5) == "5 kernels spill registers"
+    from autotune.compile_only import _spill_note
+
+    assert _spill_note(1) == "1 kernel spills registers"
+    assert _spill_note(5) == "5 kernels spill registers"
 
 
 def test_an_oserror_about_a_users_path_is_one_line_but_a_bug_raises(tmp_path, monkeypatch, capsys):
