@@ -198,8 +198,8 @@ def tune_shape(
 
     name = prep.study_name(spec, problem, gpu_key) if gpu_key else prep.study_name(spec, problem)
     sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
-    study = optuna.create_study(
-        study_name=name, storage=storage, sampler=sampler,
+    study = optuna.create_study(  # shared: the sampler proposes from a local copy (autotune.shared_asks)
+        study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler() if shared else sampler,
         directions=["minimize"] * len(spec.objectives), load_if_exists=True,
     )  # fmt: skip
     if spec.measures_energy:
@@ -212,7 +212,7 @@ def tune_shape(
     if shared:
         from .shared_study import Claims, retry
 
-        state.claims = Claims(study, storage)
+        state.claims = Claims(study, storage, sampler)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -282,9 +282,10 @@ def tune_shape(
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
-        _tell(study, trial, r, objectives=spec.objectives)
-        if state.claims:
-            state.claims.release(trial)
+        if state.claims:  # stored in the background; the sampler learns it at once
+            state.claims.tell(trial, r, spec.objectives)
+        else:
+            _tell(study, trial, r, objectives=spec.objectives)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
     from optuna.trial import TrialState
@@ -370,56 +371,61 @@ def _ask_one(
 ) -> tuple[Any, Compiled] | None:  # fmt: skip
     """The next new, valid candidate, rendered; None once the space looks exhausted.
 
-    Duplicates are answered from the study and invalid configurations recorded, neither compiled.
+    Duplicates are answered from the study and invalid configurations recorded, neither compiled. A shared study's
+    sampler proposes from a local copy, and only a new, valid configuration becomes a trial of the shared study.
     """
     from optuna.trial import TrialState
 
     repaired: dict[str, Any] | None = None
     suggest = strategy.suggest if strategy is not None else suggest_choice
+    claims = state.claims
+    asking = claims.mirror.local if claims else study  # where the sampler proposes and learns
     while True:
-        elsewhere = state.claims.others(state) if state.claims else 0
+        elsewhere = claims.others(state) if claims else 0
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
             return None
-        fixed, repaired = repaired if repaired is not None else next(proposals, None), None
-        if fixed is None and spec.sampler in ("brute", "random") and not (state.claims and state.claims.retries):
+        fixed, repaired = repaired if repaired is not None else _next_fixed(state, proposals), None
+        if fixed is None and spec.sampler in ("brute", "random") and not (claims and claims.retries):
             return None
-        trial = _ask_owned(study, fixed)
-        if state.claims:
-            state.claims.asked(trial)
+        trial = claims.mirror.ask(fixed) if claims else _ask_owned(study, fixed)
         values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:
             prev_trial, prev = state.seen[config.key]
-            _tell(study, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
+            _tell(asking, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
             state.stale += 1
             if prev.status is Status.INVALID:  # an infeasible proposal again: repaired like the first time
                 repaired = _repair(state, values, inflight)
             continue
         if config.key in inflight:  # already on its way: try again
             trial.set_user_attr("duplicate_of", -1)
-            study.tell(trial, state=TrialState.PRUNED)
+            asking.tell(trial, state=TrialState.PRUNED)
             state.stale += 1
             continue
         candidate = Candidate(spec.kernel, spec.template, problem, config)
         reason = spec.space.violated(values) or prep.check(candidate, settings)
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
-            _tell(study, trial, r, objectives=spec.objectives)
+            _tell(asking, trial, r, objectives=spec.objectives)
             state.record(trial, r, new=True)
             state.stale += 1
             repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
             continue
-        holder = state.claims.claim(trial, config.key, state) if state.claims else None
-        if holder is not None:  # another worker holds it, or has finished it (then answered from its result)
-            if config.key in state.seen:
-                _tell(study, trial, state.seen[config.key][1], {"duplicate_of": holder}, spec.objectives)
-            else:
-                trial.set_user_attr("duplicate_of", holder)
-                study.tell(trial, state=TrialState.PRUNED)
-            state.stale += 1
-            continue
+        if claims:  # written to the shared study, then claimed there
+            trial = claims.create(trial)
+            holder = claims.claim(trial, config.key, state)
+            if holder is not None:  # another worker holds it, or has finished it (then answered from its result)
+                claims.yielded(trial, config.key, holder, state, spec.objectives)
+                state.stale += 1
+                continue
         state.stale = 0
         return trial, prep.render(candidate, settings)
+
+
+def _next_fixed(state: _State, proposals: Iterator[dict[str, Any]]) -> dict[str, Any] | None:
+    """The configuration to propose next instead of the sampler: a dead worker's, then ``proposals``; else None."""
+    retried = state.claims.take_retry() if state.claims and state.claims.retries else None
+    return retried if retried is not None else next(proposals, None)
 
 
 def _ask_owned(study: Any, fixed: dict[str, Any] | None) -> Any:

@@ -53,7 +53,8 @@ def retry(study: Any, trial: Any) -> None:
     if retries >= MAX_RETRIES:
         log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
         return
-    study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number, "retries": retries + 1})
+    params = dict(trial.params)
+    study.enqueue_trial(params, user_attrs={"retry_of": trial.number, "retries": retries + 1, "config": params})
 
 
 def _heartbeat_storage(storage: Any) -> Any | None:
@@ -95,16 +96,19 @@ def _result(t: Any, config: Config | None = None) -> Any | None:
 class Claims:
     """One worker's view of a shared study: what other workers hold and have finished, and its heartbeats."""
 
-    def __init__(self, study: Any, storage: Any) -> None:
+    def __init__(self, study: Any, storage: Any, sampler: Any) -> None:
         import threading
+
+        from .shared_asks import Mirror
 
         self.study, self.storage = study, storage  # the storage the study was opened on (public API only)
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.heartbeat = _heartbeat_storage(storage)
         trials = study.get_trials(deepcopy=False)
+        self.mirror = Mirror(study, storage, self.study_id, sampler, trials)  # where ``sampler`` proposes
         self.start_number = max((t.number for t in trials), default=-1)  # final claims up to here are old
         self.mine: set[int] = set()  # numbers of this worker's trials
-        self.done: set[int] = set()  # finished trials already synced
+        self.done = {t.number for t in trials if t.state.is_finished()}  # finished trials already synced
         self.elsewhere = 0  # running trials of other workers that hold (or are claiming) a configuration
         self.held: set[str] = set()  # their configurations
         self.retries = 0  # configurations of dead workers' trials waiting to be evaluated again
@@ -150,9 +154,46 @@ class Claims:
 
     def trial_id(self, trial: Any) -> int:
         """The storage's id of a trial of this study (Trial and FrozenTrial keep theirs private)."""
-        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
+        number = trial.number
+        if number not in self.mirror.ids:
+            self.mirror.ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        return self.mirror.ids[number]
+
+    def create(self, proposal: Any) -> Any:
+        """The shared trial of a local ``proposal`` (see :class:`autotune.shared_asks.Mirror`), heartbeated from
+        now on until its result is written."""
+        trial = self.mirror.create(proposal)
+        self.mine.add(trial.number)
+        if self.heartbeat is not None:
+            self.heartbeat.record_heartbeat(self.trial_id(trial))
+        return trial
+
+    def tell(self, trial: Any, r: Any, objectives: tuple[str, ...]) -> None:
+        """Record ``trial``'s result: for the sampler at once, in the shared study in the background."""
+        self.mirror.tell(trial, r, objectives, then=self.release)
+
+    def yielded(self, trial: Any, key: str, holder: int, state: Any, objectives: tuple[str, ...]) -> None:
+        """``trial`` leaves configuration ``key`` to trial ``holder``: closed as a duplicate in the shared study and
+        for the sampler (with the holder's result once that is finished)."""
+        from optuna.trial import TrialState
+
+        from .trial_record import _tell
+
+        seen = state.seen.get(key)
+        for study, t in ((self.study, trial), (self.mirror.local, self.mirror.forget(trial))):
+            if seen is not None:
+                _tell(study, t, seen[1], {"duplicate_of": holder}, objectives)
+            else:
+                t.set_user_attr("duplicate_of", holder)
+                study.tell(t, state=TrialState.PRUNED)
+
+    def take_retry(self) -> dict[str, Any] | None:
+        """A dead worker's configuration to evaluate again, or None if none waits any more."""
+        self.retries -= 1
+        return self.mirror.take_retry()
 
     def close(self) -> None:
+        self.mirror.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -197,6 +238,7 @@ class Claims:
                 self.done.add(t.number)
                 if t.number in self.mine:
                     continue
+                self.mirror.learn(t)
                 if final and _kept(t):
                     self.final_claimed = self.final_claimed or t.user_attrs.get("owner", "another worker")
                 r = _result(t) if state is not None else None
@@ -270,6 +312,7 @@ class Claims:
         """
         from optuna.trial import TrialState
 
+        self.mirror.flush()  # this worker's results are in the study the finalists come from
         for _ in range(MAX_RETRIES):  # a claimant that dies before it re-times leaves the claim to another
             marker = self.study.ask()
             self.asked(marker)

@@ -2,6 +2,7 @@
 
     python3 benchmarks/storage_throughput.py --pg-url postgresql://USER@/DB?host=/SOCKET/DIR \\
         [--spec configs/gemm.yaml] [--shape 4096x4096x4096] [--trials 150] [--rounds 2] [--out benchmarks/results]
+    python3 benchmarks/storage_throughput.py --fake --pg-url ... [--measure-ms 150] [--prefetch 32]   # no GPU
 
 Each run tunes one shape of the spec from a fresh study with a fixed trial budget, in this process, on this GPU:
 the GPU worker and the compile pool that ``autotune run`` uses, and the same settings. The journal run is the
@@ -13,13 +14,19 @@ The rate of a run is its evaluated configurations per minute of search, from its
 (the start-up, the vendor's timing and the final re-timing are the same for both and left out); the wall time of
 the whole run is recorded beside it. Goal (issue 27): PostgreSQL at least 0.9 times the journal's rate.
 Writes <out>/storage_throughput_<gpu-key>.json and .csv with the GPU, versions and date.
+
+``--fake`` needs no GPU: the same search loop, with compiles that return at once and a GPU stand-in that takes
+``--measure-ms`` per candidate (overlapped with the loop's asks, as the GPU worker is), on sm_90's limits. It
+measures what the storage costs the loop; it writes nothing unless ``--out`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime as dt
+import functools
 import json
 import os
 import statistics
@@ -36,11 +43,10 @@ sys.path.insert(0, str(ROOT))
 GOAL = 0.9
 
 
-def run_once(spec, problem, storage_kind: str, url: str, trials: int, jobs: int, gpu, workdir: Path) -> dict:
-    """Tune ``problem`` from a fresh study on the journal or on PostgreSQL; the run's counts and times."""
-    from autotune.compile_pool import CompilePool
+def run_once(spec, problem, storage_kind: str, url: str, trials: int, gpu, workdir: Path, tools) -> dict:
+    """Tune ``problem`` from a fresh study on the journal or on PostgreSQL; the run's counts and times.
+    ``tools()`` is a context manager that yields (evaluator, compile pool, prefetch)."""
     from autotune.search import SEARCH_PLAN, default_storage, open_storage, tune_shape
-    from autotune.worker import GPUWorker
 
     if storage_kind == "journal":
         storage_url, shared, gpu_key = default_storage(spec, gpu.key, workdir / uuid.uuid4().hex), False, ""
@@ -50,12 +56,10 @@ def run_once(spec, problem, storage_kind: str, url: str, trials: int, jobs: int,
     settings = replace(_settings(spec, gpu), timing=SEARCH_PLAN)
     stamps: list[tuple[float, int]] = []
     t0 = time.perf_counter()
-    with GPUWorker() as worker, CompilePool(gpu.arch, jobs=jobs, timeout_s=120.0) as compiler:
-        worker.warm()
-        compiler.warm()
+    with tools() as (evaluator, compiler, prefetch):
         out = tune_shape(
-            spec, problem, settings, storage, trials=trials, minutes=None, evaluator=worker, compiler=compiler,
-            prefetch=max(4, 2 * jobs), progress=lambda done, note: stamps.append((time.perf_counter(), done)),
+            spec, problem, settings, storage, trials=trials, minutes=None, evaluator=evaluator, compiler=compiler,
+            prefetch=prefetch, progress=lambda done, note: stamps.append((time.perf_counter(), done)),
             shared=shared, gpu_key=gpu_key,
         )  # fmt: skip
     wall = time.perf_counter() - t0
@@ -70,6 +74,18 @@ def run_once(spec, problem, storage_kind: str, url: str, trials: int, jobs: int,
     }  # fmt: skip
 
 
+@contextlib.contextmanager
+def gpu_tools(gpu, jobs: int):
+    """The GPU worker and the compile pool of ``autotune run``, warmed up."""
+    from autotune.compile_pool import CompilePool
+    from autotune.worker import GPUWorker
+
+    with GPUWorker() as worker, CompilePool(gpu.arch, jobs=jobs, timeout_s=120.0) as compiler:
+        worker.warm()
+        compiler.warm()
+        yield worker, compiler, max(4, 2 * jobs)
+
+
 def _settings(spec, gpu):
     """What ``autotune run`` tunes with on this GPU (autotune.cli.tune)."""
     from autotune.evaluate import Settings
@@ -82,15 +98,17 @@ def _settings(spec, gpu):
     )  # fmt: skip
 
 
-def versions(url: str) -> dict:
-    import cupy
+def versions(url: str, fake: bool) -> dict:
     import optuna
     import sqlalchemy
 
     from autotune.study_database import rdb_storage
 
-    v = {"python": sys.version.split()[0], "cupy": cupy.__version__, "optuna": optuna.__version__,
-         "sqlalchemy": sqlalchemy.__version__}  # fmt: skip
+    v = {"python": sys.version.split()[0], "optuna": optuna.__version__, "sqlalchemy": sqlalchemy.__version__}
+    if not fake:
+        import cupy
+
+        v["cupy"] = cupy.__version__
     try:
         import psycopg2
 
@@ -117,7 +135,7 @@ def write_results(out: Path, gpu, meta: dict, summary: dict, rows: list[dict]) -
     return stem
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pg-url", default=os.environ.get("AUTOTUNE_BENCH_PG_URL"), help="a PostgreSQL storage URL")
     ap.add_argument("--spec", default=str(ROOT / "configs" / "gemm.yaml"))
@@ -126,32 +144,57 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="pairs of runs (journal and PostgreSQL, order alternating)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles (default: cores)")
     ap.add_argument("--sampler", help="override the spec's sampler")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, help="where results go (default benchmarks/results; none with --fake)")
     ap.add_argument("--quick", action="store_true", help="a short form: 40 trials, one pair of runs")
+    ap.add_argument("--fake", action="store_true", help="no GPU: instant compiles, a fixed time per candidate")
+    ap.add_argument("--measure-ms", type=float, default=150.0, help="--fake: time per candidate on the fake GPU")
+    ap.add_argument("--prefetch", type=int, default=32, help="--fake: candidates in flight (a real run: 2 x jobs)")
     args = ap.parse_args()
     if args.quick:
         args.trials, args.rounds = min(args.trials, 40), 1
+    if args.out is None and not args.fake:
+        args.out = ROOT / "benchmarks" / "results"
+    return args
+
+
+def setup(args: argparse.Namespace) -> tuple:
+    """(spec, problem, gpu, tools, meta); AutotuneError or ValueError in one sentence."""
+    from autotune.spec import load_spec
+
+    spec = load_spec(args.spec)
+    if args.sampler:
+        spec = replace(spec, sampler=args.sampler)
+    problem = next((p for p in spec.problems if p.label == args.shape), None)
+    if problem is None:
+        raise ValueError(f"{args.spec} has no shape {args.shape}")
+    if args.fake:
+        from benchmarks.fake_gpu import fake_gpu, fake_tools
+
+        gpu = fake_gpu()
+        tools = functools.partial(fake_tools, args.measure_ms / 1000, args.prefetch)
+    else:
+        from autotune.device import current_gpu
+
+        gpu = current_gpu()
+        tools = functools.partial(gpu_tools, gpu, args.jobs)
+    meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"driver": gpu.driver, **versions(args.pg_url, args.fake)},
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "spec": args.spec,
+            "sampler": spec.sampler, "trials": args.trials, "jobs": args.jobs, "goal": GOAL}  # fmt: skip
+    if args.fake:
+        meta.update(fake=True, measure_ms=args.measure_ms, prefetch=args.prefetch, jobs=None)
+    return spec, problem, gpu, tools, meta
+
+
+def main() -> int:
+    args = parse_args()
     if not args.pg_url:
         print("storage_throughput: no PostgreSQL URL; pass --pg-url or set AUTOTUNE_BENCH_PG_URL", file=sys.stderr)
         return 2
-
-    from autotune.device import current_gpu
     from autotune.errors import AutotuneError
-    from autotune.spec import load_spec
 
     try:
-        spec = load_spec(args.spec)
-        if args.sampler:
-            spec = replace(spec, sampler=args.sampler)
-        problem = next((p for p in spec.problems if p.label == args.shape), None)
-        if problem is None:
-            print(f"storage_throughput: {args.spec} has no shape {args.shape}", file=sys.stderr)
-            return 2
-        gpu = current_gpu()
-        meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"driver": gpu.driver, **versions(args.pg_url)},
-                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "spec": args.spec,
-                "sampler": spec.sampler, "trials": args.trials, "jobs": args.jobs, "goal": GOAL}  # fmt: skip
-    except AutotuneError as exc:
+        spec, problem, gpu, tools, meta = setup(args)
+    except (AutotuneError, ValueError) as exc:
         print(f"storage_throughput: {exc}", file=sys.stderr)
         return 2
     order = []
@@ -160,7 +203,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in order:
-            row = run_once(spec, problem, kind, args.pg_url, args.trials, args.jobs, gpu, Path(tmp))
+            row = run_once(spec, problem, kind, args.pg_url, args.trials, gpu, Path(tmp), tools)
             rows.append(row)
             print(f"{kind:10s} {row['evaluated']:4d} evaluated in {row['search_s']:7.1f} s of search: "
                   f"{row['configs_per_min']:7.1f} configurations/min (whole run {row['wall_s']:.0f} s)")  # fmt: skip
@@ -171,8 +214,9 @@ def main() -> int:
                "ratio": round(ratio, 3), "meets_goal": ratio >= GOAL}  # fmt: skip
     print(f"{gpu.name}, {problem.label}, {spec.sampler}: journal {rate['journal']:.1f}/min, PostgreSQL "
           f"{rate['postgresql']:.1f}/min, ratio {ratio:.3f} ({verdict} the goal of {GOAL})")  # fmt: skip
-    stem = write_results(args.out, gpu, meta, summary, rows)
-    print(f"wrote {stem}.json and .csv")
+    if args.out is not None:
+        stem = write_results(args.out, gpu, meta, summary, rows)
+        print(f"wrote {stem}.json and .csv")
     return 0
 
 

@@ -79,9 +79,11 @@ def worker_main(argv: list[str]) -> None:
     spec_path, storage_url, gpu_key, log, trials, delay = argv[:6]
     if "--remote" in argv:  # a worker of another machine: its process id says nothing here
         import autotune.search
+        import autotune.shared_asks
         import autotune.shared_study
 
-        autotune.search._owner = autotune.shared_study._owner = lambda: "another-host:1"
+        owner = lambda: "another-host:1"  # noqa: E731
+        autotune.search._owner = autotune.shared_study._owner = autotune.shared_asks._owner = owner
     spec = load_spec(spec_path)
     is_url = "://" in storage_url
     storage = rdb_storage(storage_url, HEARTBEAT_S, GRACE_S) if is_url else open_storage(storage_url)
