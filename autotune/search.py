@@ -212,7 +212,7 @@ def tune_shape(
     if shared:
         from .shared_study import Claims, retry
 
-        state.claims = Claims(study, storage, sampler)
+        state.claims = Claims(study, storage, sampler, spec.objectives)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -274,6 +274,8 @@ def tune_shape(
             break
         trial, c, handle = item
         compiled = prep.finish(c, compiler.result(handle), settings) if handle is not None else c
+        if state.claims and not state.claims.asks.kept(trial):  # another worker has it: not evaluated here
+            continue
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
@@ -283,7 +285,7 @@ def tune_shape(
         else:
             r = evaluator.measure(compiled, run_settings)
         if state.claims:  # stored in the background; the sampler learns it at once
-            state.claims.tell(trial, r, spec.objectives)
+            state.claims.asks.tell(trial, r, spec.objectives)
         else:
             _tell(study, trial, r, objectives=spec.objectives)
         state.record(trial, r, new=True)
@@ -291,10 +293,11 @@ def tune_shape(
     from optuna.trial import TrialState
 
     for trial, _, _ in inflight:  # asked but not run before the budget ended: free for a later run
+        if state.claims:
+            state.claims.asks.abandon(trial)
+            continue
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
-        if state.claims:
-            state.claims.release(trial)
 
     def retime() -> tuple[TrialResult | None, tuple[TrialResult, ...], tuple[str, Timing] | None]:
         best = _final_best(spec, problem, settings, state, evaluator, compiler, prep)
@@ -379,7 +382,7 @@ def _ask_one(
     repaired: dict[str, Any] | None = None
     suggest = strategy.suggest if strategy is not None else suggest_choice
     claims = state.claims
-    asking = claims.mirror.local if claims else study  # where the sampler proposes and learns
+    asking = claims.asks.local if claims else study  # where the sampler proposes and learns
     while True:
         elsewhere = claims.others(state) if claims else 0
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
@@ -387,7 +390,7 @@ def _ask_one(
         fixed, repaired = repaired if repaired is not None else _next_fixed(state, proposals), None
         if fixed is None and spec.sampler in ("brute", "random") and not (claims and claims.retries):
             return None
-        trial = claims.mirror.ask(fixed) if claims else _ask_owned(study, fixed)
+        trial = claims.asks.ask(fixed) if claims else _ask_owned(study, fixed)
         values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:
@@ -411,14 +414,9 @@ def _ask_one(
             state.stale += 1
             repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
             continue
-        if claims:  # written to the shared study, then claimed there
-            trial = claims.create(trial)
-            holder = claims.claim(trial, config.key, state)
-            if holder is not None:  # another worker holds it, or has finished it (then answered from its result)
-                claims.yielded(trial, config.key, holder, state, spec.objectives)
-                state.stale += 1
-                continue
         state.stale = 0
+        if claims:  # written to the shared study and claimed there in the background (autotune.shared_asks)
+            trial = claims.asks.submit(trial, config.key)
         return trial, prep.render(candidate, settings)
 
 

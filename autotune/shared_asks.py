@@ -1,15 +1,19 @@
-"""A shared study's trials, each written once: proposals come from an in-memory copy of the study, and only a
-valid, new configuration becomes a trial of the shared storage.
+"""A shared study's trials, each written once and off the search's critical path.
 
 On a database, Optuna's ``study.ask()`` re-reads every unfinished trial of the study (with a few dozen candidates
 in flight, dozens of trials) and every suggested parameter is a transaction of its own; a search that asked the
-shared study directly spent more time on the database than the GPU on the candidates. Here the sampler asks and
-is told in a local in-memory study that holds every finished configuration of the shared one (this worker's, the
-other workers', an earlier run's). A configuration that passes the checks and is not already known is created in
-the shared study as a running trial with its parameters and its owner in one write (so from its first moment a
-dead owner is noticed, and every other worker reading the study sees what it holds); invalid proposals and
-duplicates stay local. The result of a trial is written by a background thread while the loop goes on, and the
-trial stays heartbeated until it is.
+shared study directly spent more time on the database than the GPU on the candidates. Instead:
+
+- The sampler asks and is told in a local in-memory study that holds every finished configuration of the shared
+  one (this worker's, the other workers', an earlier run's). Invalid proposals and duplicates stay local.
+- A configuration that passes the checks and is not already known is handed to a storage thread, and the loop
+  goes on compiling it. The thread creates it in the shared study as a running trial with its parameters and its
+  owner in one write (so from its first moment a dead owner is noticed, and every other worker reading the study
+  sees what it holds), heartbeats it, and claims it (:class:`autotune.shared_study.Claims`); configurations that
+  queued up meanwhile are created together and claimed after one read of the study. The loop waits for the
+  verdict only when the candidate is next for the GPU, and skips it if another worker has it.
+- A result is written as the trial's attributes and state, without the reads of ``study.tell``, before the next
+  candidate starts, so a worker killed after that loses no result; the trial stays heartbeated until then.
 """
 
 from __future__ import annotations
@@ -30,24 +34,39 @@ def _owner() -> str:
     return owner()
 
 
-class Mirror:
-    """The sampler's side of a shared study: an in-memory study it proposes from, the shared trials it created,
-    and a writer of their results."""
+class Pending:
+    """A configuration on its way into the shared study: the storage thread creates its trial and claims it."""
 
-    def __init__(self, study: Any, storage: Any, study_id: int, sampler: Any, trials: list[Any]) -> None:
+    def __init__(self, proposal: Any, key: str) -> None:
+        self.proposal, self.key = proposal, key
+        self.trial: Any = None  # the shared study's trial, once created
+        self.holder: int | None = None  # the trial that keeps the configuration if not this one (-1: not created)
+        self.ready = threading.Event()  # set once created and claimed (or failed to be)
+
+    @property
+    def number(self) -> int:
+        self.ready.wait()
+        return self.trial.number if self.trial is not None else -1
+
+
+class Asks:
+    """The sampler's side of a shared study (an in-memory study it proposes from) and the storage thread that
+    writes this worker's trials into the shared one."""
+
+    def __init__(self, claims: Any, sampler: Any, trials: list[Any]) -> None:
         import optuna
 
-        self.study, self.storage, self.study_id = study, storage, study_id
-        self.local = optuna.create_study(directions=study.directions, sampler=sampler)  # in memory
+        self.claims, self.study = claims, claims.study
+        self.local = optuna.create_study(directions=self.study.directions, sampler=sampler)  # in memory
         self.ids: dict[int, int] = {}  # shared trial number -> the storage's trial id (known since created)
-        self._proposals: dict[int, Any] = {}  # shared trial number -> its proposal in the local study
         self._retried: dict[str, dict[str, Any]] = {}  # config key -> the attributes of its dead worker's retry
         for t in trials:
             self.learn(t)
-        self._writes: queue.Queue = queue.Queue()
-        self._writer = threading.Thread(target=self._write, name="autotune-results", daemon=True)
-        self._writer.start()
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="autotune-storage", daemon=True)
+        self._thread.start()
 
+    # the main thread ---------------------------------------------------------------------------------
     def learn(self, t: Any) -> None:
         """Let the sampler know a finished trial of the shared study: another worker's, or an earlier run's."""
         from optuna.trial import TrialState
@@ -61,73 +80,158 @@ class Mirror:
             self.local.enqueue_trial(fixed)
         return self.local.ask()
 
-    def create(self, proposal: Any) -> Any:
-        """The shared study's running trial for ``proposal``'s configuration: parameters, owner and (for a
-        retried configuration) its retry count written at once."""
-        import optuna
+    def submit(self, proposal: Any, key: str) -> Pending:
+        """Have configuration ``key`` of local ``proposal`` created and claimed in the shared study."""
+        pending = Pending(proposal, key)
+        self._jobs.put(pending)
+        return pending
+
+    def tell(self, pending: Pending, r: Any, objectives: tuple[str, ...]) -> None:
+        """Store a result in the shared trial (before the next candidate starts, so a worker killed later loses
+        no result) and tell the local proposal. Written through the storage: attributes and state, no reads."""
         from optuna.trial import TrialState
 
-        attrs = {"owner": _owner(), **self._retried.pop(Config.of(proposal.params).key, {})}
-        frozen = optuna.trial.create_trial(
-            state=TrialState.RUNNING, params=proposal.params, distributions=proposal.distributions, user_attrs=attrs
-        )
-        trial_id = self.storage.create_new_trial(self.study_id, template_trial=frozen)
-        trial = optuna.trial.Trial(self.study, trial_id)
-        self.ids[trial.number] = trial_id
-        self._proposals[trial.number] = proposal
-        return trial
+        from .evaluate import Status
+        from .trial_record import _tell, objective_values, result_attrs
+
+        _tell(self.local, pending.proposal, r, objectives=objectives)
+        trial_id = self.ids[pending.trial.number]
+        try:
+            for key, value in result_attrs(r).items():
+                self.claims.storage.set_trial_user_attr(trial_id, key, value)
+            values = objective_values(r, objectives) if r.status is Status.COMPLETE else None
+            if values is not None:
+                self.claims.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, values)
+            else:  # as trial_record._tell: invalid and pruned are PRUNED (the sampler steers away), else FAIL
+                pruned = r.status in (Status.INVALID, Status.PRUNED)
+                self.claims.storage.set_trial_state_values(trial_id, TrialState.PRUNED if pruned else TrialState.FAIL)
+        except Exception as exc:  # noqa: BLE001 - a lost connection: its heartbeat lapses, and it is retried
+            log.warning("trial %d: its result could not be stored (%s)", pending.trial.number, exc)
+        self.claims.release(pending.trial)
+
+    def kept(self, pending: Pending) -> bool:
+        """Whether ``pending`` kept its claim (waiting for the verdict); if not, the sampler learns so."""
+        pending.ready.wait()
+        if pending.holder is None:
+            return True
+        other = self.claims.finished.get(pending.key)
+        objectives = self.claims.objectives
+        _close(self.local, pending.proposal, other[1] if other else None, pending.holder, objectives)
+        return False
+
+    def abandon(self, pending: Pending) -> None:
+        """A candidate that was not evaluated: its shared trial (if it kept the claim) fails as unevaluated, free
+        for a later run."""
+        from optuna.trial import TrialState
+
+        pending.ready.wait()
+        if pending.trial is None or pending.holder is not None:  # never created, or yielded to another worker
+            return
+        pending.trial.set_user_attr("status", "unevaluated")
+        self.study.tell(pending.trial, state=TrialState.FAIL, skip_if_finished=True)
+        self.claims.release(pending.trial)
 
     def take_retry(self) -> dict[str, Any] | None:
         """The configuration of a dead worker's trial waiting to be evaluated again (its waiting trial is closed as
         bookkeeping; the configuration goes on as a new trial), or None if no such trial waits any more."""
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         trial = self.study.ask()  # the oldest waiting trial, or a new empty one when another worker took it
         attrs = trial.user_attrs
-        trial.set_user_attr("duplicate_of", -1)
-        self.study.tell(trial, state=TrialState.FAIL)
+        try:
+            trial.set_user_attr("duplicate_of", -1)
+        except UpdateFinishedTrialError:  # another worker failed it meanwhile, as a trial with no owner yet
+            pass
+        self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         config = attrs.get("config")
         if config is None:
             return None
         self._retried[Config.of(config).key] = {k: attrs[k] for k in ("retry_of", "retries") if k in attrs}
         return config
 
-    def tell(self, trial: Any, r: Any, objectives: tuple[str, ...], then: Any = None) -> None:
-        """Tell the local proposal of ``trial`` now and the shared trial in the background; ``then(trial)`` runs
-        once the shared trial is written."""
-        from .trial_record import _tell
-
-        proposal = self._proposals.pop(trial.number, None)
-        if proposal is not None:
-            _tell(self.local, proposal, r, objectives=objectives)
-        self._writes.put((trial, r, objectives, then))
-
-    def forget(self, trial: Any) -> Any:
-        """The local proposal of the shared ``trial``, no longer told by :meth:`tell`."""
-        return self._proposals.pop(trial.number)
-
     def flush(self) -> None:
-        """Wait until every result told so far is in the shared study."""
-        self._writes.join()
+        """Wait until every trial handed over so far is created and claimed."""
+        self._jobs.join()
 
     def close(self) -> None:
-        self._writes.put(None)
-        self._writer.join(30)
+        self._jobs.put(None)
+        self._thread.join(60)
 
-    def _write(self) -> None:
-        from .trial_record import _tell
-
+    # the storage thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
         while True:
-            item = self._writes.get()
-            try:
-                if item is None:
-                    return
-                trial, r, objectives, then = item
+            jobs = [self._jobs.get()]
+            while True:  # whatever queued up meanwhile goes in one batch: one read of the study claims them all
                 try:
-                    _tell(self.study, trial, r, objectives=objectives)
-                except Exception as exc:  # noqa: BLE001 - a lost connection: the trial's heartbeat lapses, it is retried
-                    log.warning("trial %d: its result could not be stored (%s)", trial.number, exc)
-                if then is not None:
-                    then(trial)
+                    jobs.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._create([p for p in jobs if p is not None])
             finally:
-                self._writes.task_done()
+                for _ in jobs:
+                    self._jobs.task_done()
+            if None in jobs:
+                return
+
+    def new_trial(self, attrs: dict[str, Any], proposal: Any = None) -> Any:
+        """A running trial of the shared study, created with ``attrs`` (the owner added) and the parameters of
+        local ``proposal`` in one write, and heartbeated from then on (:meth:`Claims.started`)."""
+        import optuna
+        from optuna.trial import TrialState
+
+        frozen = optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=proposal.params if proposal else None,
+            distributions=proposal.distributions if proposal else None, user_attrs={"owner": _owner(), **attrs},
+        )  # fmt: skip
+        trial_id = self.claims.storage.create_new_trial(self.claims.study_id, template_trial=frozen)
+        trial = optuna.trial.Trial(self.study, trial_id)
+        self.ids[trial.number] = trial_id
+        self.claims.started(trial)
+        return trial
+
+    def _create(self, pendings: list[Pending]) -> None:
+        for p in pendings:
+            try:
+                p.trial = self.new_trial(self._retried.pop(p.key, {}), p.proposal)
+            except Exception as exc:  # noqa: BLE001 - a lost connection: the configuration is not evaluated now
+                log.warning("a trial could not be created in the shared study (%s)", exc)
+                p.trial, p.holder = None, -1
+                p.ready.set()
+        self._claim([p for p in pendings if p.trial is not None])
+
+    def _claim(self, pendings: list[Pending]) -> None:
+        """Claim the just-created trials of ``pendings`` after one read of the study."""
+        from .shared_study import _config_key
+
+        claims = self.claims
+        running = claims.sync() if pendings else []
+        for p in pendings:
+            try:
+                other = claims.finished.get(p.key)  # finished by another worker meanwhile
+                same = lambda t, key=p.key: _config_key(t) == key  # noqa: E731
+                p.holder = other[0].number if other else claims.tie_break(p.trial, running, same)
+                if p.holder is not None:  # closed as a duplicate (with the holder's result once it is finished)
+                    _close(self.study, p.trial, other[1] if other else None, p.holder, claims.objectives)
+            except Exception as exc:  # noqa: BLE001 - a lost connection: yield; its heartbeat lapses, it is retried
+                log.warning("trial %d could not be claimed (%s)", p.trial.number, exc)
+                p.holder = -1
+            finally:
+                if p.holder is not None:
+                    claims.release(p.trial)
+                p.ready.set()
+
+
+def _close(study: Any, trial: Any, r: Any, holder: int, objectives: tuple[str, ...]) -> None:
+    """Close ``trial`` of ``study`` as a duplicate of trial ``holder``: with its result ``r`` if finished, else
+    pruned."""
+    from optuna.trial import TrialState
+
+    from .trial_record import _tell
+
+    if r is not None:
+        _tell(study, trial, r, {"duplicate_of": holder}, objectives)
+    else:
+        trial.set_user_attr("duplicate_of", holder)
+        study.tell(trial, state=TrialState.PRUNED)

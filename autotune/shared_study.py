@@ -96,22 +96,27 @@ def _result(t: Any, config: Config | None = None) -> Any | None:
 class Claims:
     """One worker's view of a shared study: what other workers hold and have finished, and its heartbeats."""
 
-    def __init__(self, study: Any, storage: Any, sampler: Any) -> None:
+    def __init__(self, study: Any, storage: Any, sampler: Any, objectives: tuple[str, ...]) -> None:
         import threading
+        from collections import deque
 
-        from .shared_asks import Mirror
+        from .shared_asks import Asks
 
         self.study, self.storage = study, storage  # the storage the study was opened on (public API only)
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.heartbeat = _heartbeat_storage(storage)
+        self.objectives = objectives
         trials = study.get_trials(deepcopy=False)
-        self.mirror = Mirror(study, storage, self.study_id, sampler, trials)  # where ``sampler`` proposes
+        self.finished: dict[str, tuple[Any, Any]] = {}  # config key -> (trial, result) finished by other workers
+        self._arrived: deque = deque()  # (trial, result) of theirs read but not yet recorded by the search
+        self._sync_lock = threading.Lock()
         self.start_number = max((t.number for t in trials), default=-1)  # final claims up to here are old
         self.mine: set[int] = set()  # numbers of this worker's trials
         self.done = {t.number for t in trials if t.state.is_finished()}  # finished trials already synced
         self.elsewhere = 0  # running trials of other workers that hold (or are claiming) a configuration
         self.held: set[str] = set()  # their configurations
         self.retries = 0  # configurations of dead workers' trials waiting to be evaluated again
+        self.retried: set[str | None] = set()  # their keys (None: a retry of an older autotune, key unknown)
         self.final_claimed = ""  # owner of a final re-timing claimed since this worker started the shape
         self._held: set[int] = set()  # trial ids this worker heartbeats
         self._lock = threading.Lock()
@@ -119,6 +124,7 @@ class Claims:
         self._last_maintained = 0.0
         self._busy_since: float | None = None
         self._thread = None
+        self.asks = Asks(self, sampler, trials)  # where ``sampler`` proposes; the storage thread
         if self.heartbeat is not None:
             self._thread = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
             self._thread.start()
@@ -135,15 +141,6 @@ class Claims:
                 except Exception as exc:  # noqa: BLE001 - a lost connection: the next beat tries again
                     log.warning("heartbeat failed: %s", exc)
 
-    def asked(self, trial: Any) -> None:
-        """A trial was just asked: from now on its death is noticed (a stale heartbeat, or a dead process of
-        this host) and its configuration retried."""
-        self.mine.add(trial.number)
-        if self.heartbeat is not None:
-            self.heartbeat.record_heartbeat(self.trial_id(trial))
-        else:  # a journal: a dead process of this host is told by its id
-            trial.set_user_attr("owner", _owner())
-
     def hold(self, trial: Any) -> None:
         with self._lock:
             self._held.add(self.trial_id(trial))
@@ -155,45 +152,25 @@ class Claims:
     def trial_id(self, trial: Any) -> int:
         """The storage's id of a trial of this study (Trial and FrozenTrial keep theirs private)."""
         number = trial.number
-        if number not in self.mirror.ids:
-            self.mirror.ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
-        return self.mirror.ids[number]
+        if number not in self.asks.ids:
+            self.asks.ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        return self.asks.ids[number]
 
-    def create(self, proposal: Any) -> Any:
-        """The shared trial of a local ``proposal`` (see :class:`autotune.shared_asks.Mirror`), heartbeated from
-        now on until its result is written."""
-        trial = self.mirror.create(proposal)
+    def started(self, trial: Any) -> None:
+        """A trial of this worker was just created: from now on its death is noticed (a stale heartbeat, or a
+        dead process of this host: its owner) and its configuration retried. Heartbeated until released."""
         self.mine.add(trial.number)
         if self.heartbeat is not None:
             self.heartbeat.record_heartbeat(self.trial_id(trial))
-        return trial
-
-    def tell(self, trial: Any, r: Any, objectives: tuple[str, ...]) -> None:
-        """Record ``trial``'s result: for the sampler at once, in the shared study in the background."""
-        self.mirror.tell(trial, r, objectives, then=self.release)
-
-    def yielded(self, trial: Any, key: str, holder: int, state: Any, objectives: tuple[str, ...]) -> None:
-        """``trial`` leaves configuration ``key`` to trial ``holder``: closed as a duplicate in the shared study and
-        for the sampler (with the holder's result once that is finished)."""
-        from optuna.trial import TrialState
-
-        from .trial_record import _tell
-
-        seen = state.seen.get(key)
-        for study, t in ((self.study, trial), (self.mirror.local, self.mirror.forget(trial))):
-            if seen is not None:
-                _tell(study, t, seen[1], {"duplicate_of": holder}, objectives)
-            else:
-                t.set_user_attr("duplicate_of", holder)
-                study.tell(t, state=TrialState.PRUNED)
+        self.hold(trial)
 
     def take_retry(self) -> dict[str, Any] | None:
         """A dead worker's configuration to evaluate again, or None if none waits any more."""
         self.retries -= 1
-        return self.mirror.take_retry()
+        return self.asks.take_retry()
 
     def close(self) -> None:
-        self.mirror.close()
+        self.asks.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -217,16 +194,34 @@ class Claims:
         for t in failed_orphans(self.study, self.storage):
             retry(self.study, t)
 
-    def sync(self, state: Any) -> list[Any]:
-        """Read the study: record other workers' finished results in ``state``; return the running trials."""
+    def sync(self, state: Any = None) -> list[Any]:
+        """Read the study: note other workers' finished results (recorded in ``state`` by the search's thread);
+        return the running trials."""
+        with self._sync_lock:
+            running = self._sync()
+        if state is not None:
+            self._record(state)
+        return running
+
+    def _record(self, state: Any) -> None:
+        """Record the results of other workers read since the last call in ``state``, and for the sampler."""
+        while self._arrived:
+            t, r = self._arrived.popleft()
+            self.asks.learn(t)
+            if r.config.key not in state.seen:
+                state.record(t, r, new=False)
+
+    def _sync(self) -> list[Any]:
         from optuna.trial import TrialState
 
         self.maintain()
-        running, held, retries, elsewhere = [], set(), 0, 0
+        running, held, retried, retries, elsewhere = [], set(), set(), 0, 0
         for t in self.study.get_trials(deepcopy=False):
             final = FINAL_MARK in t.user_attrs and t.number > self.start_number
             if t.state is TrialState.WAITING:
-                retries += "retry_of" in t.user_attrs
+                if "retry_of" in t.user_attrs:
+                    retries += 1
+                    retried.add(Config.of(t.user_attrs["config"]).key if "config" in t.user_attrs else None)
             elif t.state is TrialState.RUNNING:
                 running.append(t)
                 if t.number not in self.mine and _config_key(t) is not None:  # held, or being claimed
@@ -238,18 +233,19 @@ class Claims:
                 self.done.add(t.number)
                 if t.number in self.mine:
                     continue
-                self.mirror.learn(t)
                 if final and _kept(t):
                     self.final_claimed = self.final_claimed or t.user_attrs.get("owner", "another worker")
-                r = _result(t) if state is not None else None
-                if r is not None and r.config.key not in state.seen:
-                    state.record(t, r, new=False)
-        self.elsewhere, self.held, self.retries = elsewhere, held, retries
+                r = _result(t)
+                if r is not None:
+                    self.finished.setdefault(r.config.key, (t, r))
+                    self._arrived.append((t, r))
+        self.elsewhere, self.held, self.retries, self.retried = elsewhere, held, retries, retried
         return running
 
     def others(self, state: Any) -> int:
         """How many configurations not yet finished other workers hold: for the study's budget and to tell
-        when the space is exhausted."""
+        when the space is exhausted. Records the other workers' results read meanwhile first."""
+        self._record(state)
         return len(self.held - state.seen.keys())
 
     def busy(self, state: Any, can_ask: bool) -> bool:
@@ -263,17 +259,11 @@ class Claims:
         if now - self._busy_since > WAIT_FOR_OTHERS_S:
             log.warning("other workers still hold %d configurations; ending the search without them", self.elsewhere)
             return False
-        return bool(self.elsewhere or (can_ask and self.retries and not self.final_claimed))
+        # A retried configuration evaluated since (two workers may both fail a dead one's trial) waits for nobody.
+        retries = self.retried - state.seen.keys()
+        return bool(self.elsewhere or (can_ask and retries and not self.final_claimed))
 
-    def claim(self, trial: Any, key: str, state: Any) -> int | None:
-        """Claim configuration ``key`` for ``trial``: None if it is this worker's to evaluate now, else the
-        number of the trial that has it (finished: it is then in ``state.seen``; running: another worker's)."""
-        running = self.sync(state)
-        if key in state.seen:
-            return state.seen[key][0].number
-        return self._tie_break(trial, running, lambda t: _config_key(t) == key)
-
-    def _tie_break(self, trial: Any, running: list[Any], same: Callable[[Any], bool]) -> int | None:
+    def tie_break(self, trial: Any, running: list[Any], same: Callable[[Any], bool]) -> int | None:
         """None if ``trial`` keeps its claim against the running trials that claim the ``same``; else the number
         of the trial that keeps it."""
         rivals = [t for t in running if t.number != trial.number and same(t)]
@@ -312,13 +302,10 @@ class Claims:
         """
         from optuna.trial import TrialState
 
-        self.mirror.flush()  # this worker's results are in the study the finalists come from
+        self.asks.flush()  # this worker's results are in the study the finalists come from
         for _ in range(MAX_RETRIES):  # a claimant that dies before it re-times leaves the claim to another
-            marker = self.study.ask()
-            self.asked(marker)
-            marker.set_user_attr("owner", _owner())  # who re-times, for the others' tables
-            marker.set_user_attr("duplicate_of", -1)  # bookkeeping, not a configuration: reports skip it
-            marker.set_user_attr(FINAL_MARK, marker.number)
+            # Its owner re-times, for the others' tables; bookkeeping, not a configuration: reports skip it.
+            marker = self.asks.new_trial({"duplicate_of": -1, FINAL_MARK: True})
             winner = self._final_winner(marker, self.sync(state))
             if winner is None:
                 try:
@@ -327,9 +314,10 @@ class Claims:
                     self._publish(marker, best, vendor)
                 finally:
                     self.release(marker)
-                    self.study.tell(marker, state=TrialState.FAIL)
+                    self.study.tell(marker, state=TrialState.FAIL, skip_if_finished=True)
                 return best, front, vendor, ""
-            self.study.tell(marker, state=TrialState.FAIL)
+            self.release(marker)
+            self.study.tell(marker, state=TrialState.FAIL, skip_if_finished=True)
             result = self._await_final(winner, vendor)
             if result is not None:
                 return result
@@ -345,7 +333,7 @@ class Claims:
         for t in reversed(trials):
             if t.state.is_finished() and t.user_attrs.get("final_basis") == complete and "final_result" in t.user_attrs:
                 return t
-        number = self._tie_break(marker, running, lambda t: FINAL_MARK in t.user_attrs)
+        number = self.tie_break(marker, running, lambda t: FINAL_MARK in t.user_attrs)
         return None if number is None else next(t for t in trials if t.number == number)
 
     def _wait_for_others(self, state: Any) -> None:
