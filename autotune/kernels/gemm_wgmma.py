@@ -1,0 +1,203 @@
+"""The large-GEMM template on Hopper's warpgroup tensor cores (templates/gemm/wgmma.cu.j2): fp16 and bf16 with
+fp32 accumulation, every layout, operands read in place through TMA tensor maps.
+
+A block is a producer warpgroup (one thread issues the TMA copies of a ring of STAGES stages) and CONSUMERS
+warpgroups that run ``wgmma.mma_async`` m64n{BN}k16 from shared memory, each on BM / CONSUMERS rows of the
+BM x BN block tile; blocks are persistent (one per SM, tiles walked in a RASTER-grouped order). Every check here
+is mirrored by a ``static_assert`` in the template.
+
+The tensor maps need 16-byte aligned rows: a leading dimension that is a multiple of 8 elements and 16-byte
+aligned operands. Other problems are refused (``check_problem``); the mma template packs such operands and
+computes them.
+
+Example::
+
+    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
+    >>> d = derived(p)
+    >>> d["THREADS"], d["SHARED_BYTES"]
+    (384, 197696)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..limits import SM90, DeviceLimits, multiprocessors
+from .base import Launch, Params
+from .gemm_problem import GemmTemplate
+from .template import LaunchBound
+
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER")
+DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
+DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+BK = 64  # elements of K per stage: one 128-byte swizzle row of a K-major tile
+BNS = (64, 128, 192, 256)
+CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
+MAX_ACCUMULATORS = 128  # floats per consumer thread
+MAX_STAGES = 8
+# setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
+# gives 128 of its registers back and each consumer takes 64 more
+REGS = {1: (40, 240), 2: (40, 232)}
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = params
+    stage = (p["BM"] + p["BN"]) * BK * 2
+    producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
+    return {
+        "THREADS": 128 * (p["CONSUMERS"] + 1),
+        "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"],
+        "PRODUCER_REGS": producer,
+        "CONSUMER_REGS": consumer,
+    }
+
+
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration can never be built, or None."""
+    p = params
+    if p["CONSUMERS"] not in REGS:
+        return "CONSUMERS must be 1 or 2 warpgroups"
+    if p["BN"] not in BNS:
+        return f"BN must be one of {', '.join(map(str, BNS))} (whole 64-column boxes, the wgmma's N up to 256)"
+    if p["BM"] % p["CONSUMERS"] or p["BM"] // p["CONSUMERS"] not in CONSUMER_ROWS:
+        return "BM / CONSUMERS must be 64 or 128 rows (one or two m64 wgmmas per consumer)"
+    if p["BM"] // p["CONSUMERS"] // 64 * p["BN"] // 2 > MAX_ACCUMULATORS:
+        return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: BM / CONSUMERS x BN above 64 x 256"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    if p["RASTER"] < 1:
+        return "RASTER must be at least 1"
+    d = derived(p)
+    if d["THREADS"] > limits.threads_per_block:
+        return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
+    if d["SHARED_BYTES"] > limits.max_shared_per_block:
+        need, most = d["SHARED_BYTES"], limits.max_shared_per_block
+        return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
+    return None
+
+
+def _leading(problem: Any) -> tuple[int, int]:
+    """Elements per stored row of A and of B."""
+    lda = problem.M if problem.layout[0] == "T" else problem.K
+    ldb = problem.K if problem.layout[1] == "T" else problem.N
+    return lda, ldb
+
+
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration cannot compute this problem, or None: the dtype, and the tensor maps' 16-byte rows."""
+    if problem.dtype not in DTYPES:
+        return f"wgmma computes {', '.join(DTYPES)}, not {problem.dtype}"
+    lda, ldb = _leading(problem)
+    if lda % 8 or ldb % 8:
+        return (
+            f"wgmma reads A and B through TMA tensor maps, whose rows must be whole 16 bytes: leading dimensions "
+            f"{lda} (A) and {ldb} (B) must be multiples of 8 (the mma template packs such operands)"
+        )
+    return None
+
+
+def tiles(params: Params, problem: Any) -> int:
+    return -(-problem.M // params["BM"]) * -(-problem.N // params["BN"])
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on)."""
+    d = derived(params)
+    n = tiles(params, problem)
+    sms = multiprocessors()
+    return Launch((min(n, sms) if sms else n, 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+class TensorMaps(LaunchBound):
+    """The tensor maps of a launch's A and B, made per operand address (a few of each are kept: making one is
+    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN) rows, M/N-major
+    ones in boxes of 64 M (N) x 64 K rows; all with 128-byte swizzle."""
+
+    def __init__(self, params: Params, problem: Any) -> None:
+        self.problem = problem
+        self.bm, self.bn = params["BM"], params["BN"]
+        self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
+
+    def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
+        return self._map(0, a.data.ptr), self._map(1, b.data.ptr)
+
+    def _map(self, which: int, ptr: int) -> Any:
+        cache = self._maps[which]
+        found = cache.get(ptr)
+        if found is None:
+            found = self._make(which, ptr)
+            if len(cache) >= 8:
+                cache.clear()
+            cache[ptr] = found
+        return found
+
+    def _make(self, which: int, ptr: int) -> Any:
+        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, SWIZZLE_128B, tiled_2d
+
+        p = self.problem
+        dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
+        trans = p.layout[which] == "T"
+        rows_mn = p.M if which == 0 else p.N
+        tile = self.bm if which == 0 else self.bn
+        k_major = trans if which == 1 else not trans
+        if k_major:  # stored (MN) x K: rows of K
+            width, height, box = p.K, rows_mn, (BK, tile)
+        else:  # stored K x (MN): rows of M or N
+            width, height, box = rows_mn, p.K, (64, BK)
+        return tiled_2d(ptr, width, height, width * 2, box, SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+
+
+class WgmmaTemplate(GemmTemplate):
+    name = "wgmma"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+    arch = "sm_90a"
+    arch_note = (
+        "wgmma needs sm_90a (warpgroup MMA, TMA, setmaxnreg): for any other architecture it fails to compile; "
+        "mma computes the same problems there."
+    )
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return 0, 0
+
+    def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The family's (unused) scratch pair, then the tensor maps, made per operand address at launch."""
+        return (*super().new_scratch(params, problem), TensorMaps(params, problem))
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        return len(scratch) == 3 and isinstance(scratch[2], TensorMaps)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        a, b = inputs
+        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b)))
+
+    def c_abi(self) -> str:
+        return (
+            "wgmma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta, float* partial, "
+            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap) (scratch unused: 0 floats, 0 counters); the "
+            "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
+            "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
+            "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
+            "{64, BN} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride {(M or N)*2}, "
+            "box {64, 64}. Grid: (min(tiles, SMs), 1, 1), tiles = ceil(M/BM) * ceil(N/BN); block 128 * "
+            "(CONSUMERS + 1) threads."
+        )
+
+
+TEMPLATE = WgmmaTemplate()

@@ -1,0 +1,45 @@
+"""GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
+divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
+the refusal of rows that are not whole 16 bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.kernels import FAMILIES
+from autotune.verify import tolerance_for
+from tests.test_gpu_gemm_variants import _launch_twice, _wrong_on
+from tests.test_gpu_gemm_variants import settings as settings  # the module's fixture
+
+pytestmark = pytest.mark.gpu
+GEMM = FAMILIES["gemm"]
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
+CONFIGS = [WG, dict(WG, BM=256, BN=128, STAGES=3, RASTER=1), dict(BM=128, BN=128, CONSUMERS=1, STAGES=5, RASTER=3),
+           dict(BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2)]  # fmt: skip
+# every extent a multiple of 8 (the maps' rows), none a multiple of the tiles; M and N odd where they lead no row
+SHAPES = [(8, 8, 8), (136, 264, 72), (1000, 1000, 1000), (2040, 2056, 2072), (520, 4104, 4088)]
+ODD = {"NN": [(129, 264, 40), (1, 4096, 4096)], "NT": [(129, 263, 72), (3, 4095, 4096)],
+       "TN": [(136, 264, 77)], "TT": [(136, 263, 72)]}  # fmt: skip
+
+
+def _needs_sm90(settings):
+    if settings.arch != "sm_90":
+        pytest.skip(f"wgmma is sm_90a code; this GPU is {settings.arch}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "{BM}x{BN}c{CONSUMERS}s{STAGES}r{RASTER}".format(**p))
+def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma", dtype, layout, params, [*SHAPES, *ODD[layout]])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
+    _needs_sm90(settings)
+    for layout in ("NN", "TT"):
+        problem = GEMM.problem([264, 1000, 3000], dtype, layout)
+        errors = _launch_twice(settings, "wgmma", WG, problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for(dtype) for e in errors), (layout, errors)

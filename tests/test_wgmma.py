@@ -1,0 +1,79 @@
+"""The wgmma template (sm_90a) without a GPU: configurations compile for sm_90a in every layout and dtype without
+spills, at the register count setmaxnreg plans for; each Python check is mirrored by a static_assert; problems
+whose rows the tensor maps cannot take are refused with the reason; the launch is a persistent grid."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.compiler import compile_source
+from autotune.kernels import gemm_wgmma as wg
+from autotune.kernels.gemm import GEMM
+from autotune.templates import render
+from tests.template_checks import assert_refused_twice
+
+GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
+
+
+def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
+    return render("gemm", "wgmma", p, GEMM.problem(list(shape), dtype, layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "layout", "dtype", "registers"),
+    [
+        (GOOD, "NN", "float16", 168),
+        (dict(GOOD, BM=256, BN=128, STAGES=3), "TT", "bfloat16", 168),
+        (dict(BM=128, BN=128, CONSUMERS=1, STAGES=6, RASTER=1), "NT", "float16", None),
+    ],  # fmt: skip
+)
+def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
+    assert wg.check(params) is None
+    r = rendered(params, layout, dtype)
+    c = compile_source(r.source, r.kernel_name, "sm_90")  # the source asks for sm_90a
+    assert c.ok, c.error
+    assert c.spills == 0
+    if registers:  # two consumers: 384 threads start at 168 registers, which setmaxnreg's budget assumes
+        assert c.registers == registers
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(BN=96), ["BN"]),
+        (dict(BM=192), ["BM / CONSUMERS"]),
+        (dict(CONSUMERS=1, BM=128, BN=256), ["accumulators"]),
+        (dict(STAGES=9), ["STAGES"]),
+        (dict(RASTER=0), ["RASTER"]),
+        (dict(STAGES=5), ["shared memory"]),
+    ],  # fmt: skip
+)
+def test_a_broken_configuration_is_refused_by_the_check_and_the_template(change, words):
+    assert_refused_twice(wg, rendered, {**GOOD, **change}, words)
+
+
+@pytest.mark.parametrize(
+    ("shape", "layout", "bad"),
+    [
+        ("4095x4097x4093", "NN", "4093 (A)"),
+        ("4096x4097x4096", "NN", "4097 (B)"),
+        ("4093x4096x4096", "TN", "4093 (A)"),
+        ("4096x4096x4093", "NT", "4093 (B)"),
+    ],  # fmt: skip
+)
+def test_rows_that_are_not_whole_16_bytes_are_refused_naming_the_operand(shape, layout, bad):
+    reason = GEMM.check_problem("wgmma", GOOD, GEMM.problem(shape, "float16", layout))
+    assert reason and bad in reason and "multiples of 8" in reason
+    assert GEMM.check_problem("wgmma", GOOD, GEMM.problem("4096x4096x4096", "float16", layout)) is None
+    assert "float16" in GEMM.check_problem("wgmma", GOOD, GEMM.problem("64x64x64", "float32"))
+
+
+def test_the_grid_is_one_persistent_block_per_sm_or_per_tile(monkeypatch):
+    problem = GEMM.problem("4096x4096x4096", "float16")
+    monkeypatch.setattr(wg, "multiprocessors", lambda: 132)
+    assert wg.launch(GOOD, problem).grid == (132, 1, 1)
+    assert wg.launch(GOOD, GEMM.problem("256x512x64", "float16")).grid == (4, 1, 1)
+    monkeypatch.setattr(wg, "multiprocessors", lambda: None)
+    assert wg.launch(GOOD, problem).grid == (32 * 16, 1, 1)
+    assert wg.launch(GOOD, problem).block == (384, 1, 1)
