@@ -13,9 +13,10 @@ from tests.test_gpu_gemm_variants import settings as settings  # the module's fi
 
 pytestmark = pytest.mark.gpu
 GEMM = FAMILIES["gemm"]
-WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
-CONFIGS = [WG, dict(WG, BM=256, BN=128, STAGES=3, RASTER=1), dict(BM=128, BN=128, CONSUMERS=1, STAGES=5, RASTER=3),
-           dict(BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2)]  # fmt: skip
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=1, TMA_STORE=False)
+CONFIGS = [WG, dict(WG, BM=256, BN=128, STAGES=3, RASTER=1, CLUSTER=2), dict(WG, STAGES=3, CLUSTER=2, TMA_STORE=True),
+           dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, TMA_STORE=True),
+           dict(WG, BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2, CLUSTER=2)]  # fmt: skip
 # every extent a multiple of 8 (the maps' rows), none a multiple of the tiles; M and N odd where they lead no row
 SHAPES = [(8, 8, 8), (136, 264, 72), (1000, 1000, 1000), (2040, 2056, 2072), (520, 4104, 4088)]
 ODD = {"NN": [(129, 264, 40), (1, 4096, 4096)], "NT": [(129, 263, 72), (3, 4095, 4096)],
@@ -29,17 +30,21 @@ def _needs_sm90(settings):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("params", CONFIGS, ids=lambda p: "{BM}x{BN}c{CONSUMERS}s{STAGES}r{RASTER}".format(**p))
+@pytest.mark.parametrize(
+    "params", CONFIGS, ids=lambda p: "{BM}x{BN}c{CONSUMERS}s{STAGES}r{RASTER}cl{CLUSTER}st{TMA_STORE:d}".format(**p)
+)
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    """Shapes the configuration refuses (TMA_STORE with N % 8 != 0) are left out; the CPU tier checks refusals."""
     _needs_sm90(settings)
-    failures = _wrong_on(settings, "wgmma", dtype, layout, params, [*SHAPES, *ODD[layout]])
+    shapes = [s for s in [*SHAPES, *ODD[layout]] if not (params["TMA_STORE"] and s[1] % 8)]
+    failures = _wrong_on(settings, "wgmma", dtype, layout, params, shapes)
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
     _needs_sm90(settings)
-    for layout in ("NN", "TT"):
+    for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3])):
         problem = GEMM.problem([264, 1000, 3000], dtype, layout)
-        errors = _launch_twice(settings, "wgmma", WG, problem, alpha=0.75, beta=-1.5)
-        assert all(e < tolerance_for(dtype) for e in errors), (layout, errors)
+        errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)

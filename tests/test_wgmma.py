@@ -12,7 +12,7 @@ from autotune.kernels.gemm import GEMM
 from autotune.templates import render
 from tests.template_checks import assert_refused_twice
 
-GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
+GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=1, TMA_STORE=False)
 
 
 def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
@@ -23,8 +23,8 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
     ("params", "layout", "dtype", "registers"),
     [
         (GOOD, "NN", "float16", 168),
-        (dict(GOOD, BM=256, BN=128, STAGES=3), "TT", "bfloat16", 168),
-        (dict(BM=128, BN=128, CONSUMERS=1, STAGES=6, RASTER=1), "NT", "float16", None),
+        (dict(GOOD, BM=256, BN=128, STAGES=3, CLUSTER=2), "TT", "bfloat16", 168),
+        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER=2, TMA_STORE=True), "NT", "float16", None),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -47,6 +47,8 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(STAGES=9), ["STAGES"]),
         (dict(RASTER=0), ["RASTER"]),
         (dict(STAGES=5), ["shared memory"]),
+        (dict(CLUSTER=4), ["CLUSTER"]),
+        (dict(TMA_STORE=True), ["staging tile", "shared memory"]),
     ],  # fmt: skip
 )
 def test_a_broken_configuration_is_refused_by_the_check_and_the_template(change, words):
@@ -67,6 +69,9 @@ def test_rows_that_are_not_whole_16_bytes_are_refused_naming_the_operand(shape, 
     assert reason and bad in reason and "multiples of 8" in reason
     assert GEMM.check_problem("wgmma", GOOD, GEMM.problem("4096x4096x4096", "float16", layout)) is None
     assert "float16" in GEMM.check_problem("wgmma", GOOD, GEMM.problem("64x64x64", "float32"))
+    stored = dict(GOOD, TMA_STORE=True)
+    assert "N = 4092" in GEMM.check_problem("wgmma", stored, GEMM.problem("64x4092x64", "float16", "NT"))
+    assert GEMM.check_problem("wgmma", GOOD, GEMM.problem("64x4092x64", "float16", "NT")) is None
 
 
 def test_the_grid_is_one_persistent_block_per_sm_or_per_tile(monkeypatch):
@@ -77,3 +82,7 @@ def test_the_grid_is_one_persistent_block_per_sm_or_per_tile(monkeypatch):
     monkeypatch.setattr(wg, "multiprocessors", lambda: None)
     assert wg.launch(GOOD, problem).grid == (32 * 16, 1, 1)
     assert wg.launch(GOOD, problem).block == (384, 1, 1)
+    pairs = dict(GOOD, CLUSTER=2)  # whole clusters: 33 tiles of 128 rows make 17 pairs
+    assert wg.launch(pairs, GEMM.problem("4224x256x64", "float16")).grid == (34, 1, 1)
+    monkeypatch.setattr(wg, "multiprocessors", lambda: 133)
+    assert wg.launch(pairs, problem).grid == (132, 1, 1)

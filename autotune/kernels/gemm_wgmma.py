@@ -12,10 +12,14 @@ computes them.
 
 Example::
 
-    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8)
+    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=2, TMA_STORE=False)
     >>> d = derived(p)
     >>> d["THREADS"], d["SHARED_BYTES"]
     (384, 197696)
+
+CLUSTER = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
+TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
+bytes too).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from .base import Launch, Params
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER")
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER", "TMA_STORE")
+KINDS = (("TMA_STORE", "bool"),)
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 BK = 64  # elements of K per stage: one 128-byte swizzle row of a K-major tile
 BNS = (64, 128, 192, 256)
+CLUSTERS = (1, 2)
 CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
 MAX_ACCUMULATORS = 128  # floats per consumer thread
 MAX_STAGES = 8
@@ -47,7 +53,10 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
     return {
         "THREADS": 128 * (p["CONSUMERS"] + 1),
-        "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"],
+        "SHARED_BYTES": p["STAGES"] * stage
+        + (p["BM"] * p["BN"] * 2 if p["TMA_STORE"] else 0)
+        + 1024
+        + 16 * p["STAGES"],
         "PRODUCER_REGS": producer,
         "CONSUMER_REGS": consumer,
     }
@@ -68,12 +77,15 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if p["RASTER"] < 1:
         return "RASTER must be at least 1"
+    if p["CLUSTER"] not in CLUSTERS:
+        return "CLUSTER must be 1 or 2 blocks"
     d = derived(p)
     if d["THREADS"] > limits.threads_per_block:
         return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
-        return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
+        staging = " and the staging tile" if p["TMA_STORE"] else ""
+        return f"{p['STAGES']} stages{staging} need {need} bytes of shared memory, more than the {most} a block may use"
     return None
 
 
@@ -94,33 +106,43 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
             f"wgmma reads A and B through TMA tensor maps, whose rows must be whole 16 bytes: leading dimensions "
             f"{lda} (A) and {ldb} (B) must be multiples of 8 (the mma template packs such operands)"
         )
+    if params["TMA_STORE"] and problem.N % 8:
+        return (
+            f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
+            "multiple of 8"
+        )
     return None
 
 
-def tiles(params: Params, problem: Any) -> int:
-    return -(-problem.M // params["BM"]) * -(-problem.N // params["BN"])
+def groups(params: Params, problem: Any) -> int:
+    """Clusters' worth of tiles: CLUSTER vertically adjacent tiles each."""
+    tiles_m = -(-problem.M // params["BM"])
+    return -(-tiles_m // params["CLUSTER"]) * -(-problem.N // params["BN"])
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on)."""
-    d = derived(params)
-    n = tiles(params, problem)
+    """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on), in whole
+    clusters."""
+    d, cluster = derived(params), params["CLUSTER"]
+    n = groups(params, problem)
     sms = multiprocessors()
-    return Launch((min(n, sms) if sms else n, 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+    return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
 class TensorMaps(LaunchBound):
-    """The tensor maps of a launch's A and B, made per operand address (a few of each are kept: making one is
-    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN) rows, M/N-major
-    ones in boxes of 64 M (N) x 64 K rows; all with 128-byte swizzle."""
+    """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
+    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER) rows,
+    M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
+    reads) in boxes of 64 columns x BM / CONSUMERS rows; all with 128-byte swizzle."""
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem = problem
-        self.bm, self.bn = params["BM"], params["BN"]
-        self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
+        self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER"]
+        self.c_rows = params["BM"] // params["CONSUMERS"] if params["TMA_STORE"] else 0
+        self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
-    def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
-        return self._map(0, a.data.ptr), self._map(1, b.data.ptr)
+    def bind(self, a: Any, b: Any, out: Any) -> tuple[Any, Any, Any]:
+        return self._map(0, a.data.ptr), self._map(1, b.data.ptr), self._map(2, out.data.ptr)
 
     def _map(self, which: int, ptr: int) -> Any:
         cache = self._maps[which]
@@ -133,13 +155,19 @@ class TensorMaps(LaunchBound):
         return found
 
     def _make(self, which: int, ptr: int) -> Any:
-        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, SWIZZLE_128B, tiled_2d
+        import numpy as np
+
+        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, MAP_BYTES, SWIZZLE_128B, tiled_2d
 
         p = self.problem
         dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
+        if which == 2:
+            if not self.c_rows:
+                return np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
+            return tiled_2d(ptr, p.N, p.M, p.N * 2, (64, self.c_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
         trans = p.layout[which] == "T"
         rows_mn = p.M if which == 0 else p.N
-        tile = self.bm if which == 0 else self.bn
+        tile = self.bm if which == 0 else self.bn_box
         k_major = trans if which == 1 else not trans
         if k_major:  # stored (MN) x K: rows of K
             width, height, box = p.K, rows_mn, (BK, tile)
@@ -153,6 +181,7 @@ class WgmmaTemplate(GemmTemplate):
     params = PARAMS
     dtypes = DTYPES
     layouts = LAYOUTS
+    kinds = KINDS
     description = DESCRIPTION
     arch = "sm_90a"
     arch_note = (
@@ -185,18 +214,20 @@ class WgmmaTemplate(GemmTemplate):
     def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
                     scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
         a, b = inputs
-        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b)))
+        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b, out)))
 
     def c_abi(self) -> str:
         return (
             "wgmma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta, float* partial, "
-            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap) (scratch unused: 0 floats, 0 counters); the "
+            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap, CUtensorMap cmap) (scratch unused: 0 floats, "
+            "0 counters); the "
             "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
             "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
-            "{64, BN} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride {(M or N)*2}, "
-            "box {64, 64}. Grid: (min(tiles, SMs), 1, 1), tiles = ceil(M/BM) * ceil(N/BN); block 128 * "
-            "(CONSUMERS + 1) threads."
+            "{64, BN/CLUSTER} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
+            "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
+            "{64, BM/CONSUMERS}. Grid: (CLUSTER * min(groups, SMs / CLUSTER), 1, 1), groups = ceil(ceil(M/BM) / "
+            "CLUSTER) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER = 2 a cluster of (2, 1, 1)."
         )
 
 
