@@ -32,7 +32,7 @@ from autotune.verify import tolerance_for  # noqa: E402
 
 GEMM = FAMILIES["gemm"]
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"]
-WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, CLUSTER=1, TMA_STORE=True)
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, CLUSTER_M=1, TMA_STORE=True)
 OURS = {
     "wgmma": [WG, dict(WG, STAGES=4, TMA_STORE=False), dict(WG, RASTER=16), dict(WG, BM=256, BN=128)],
     "mma": [dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)],

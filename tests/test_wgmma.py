@@ -8,11 +8,12 @@ import pytest
 
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_wgmma as wg
+from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
 from tests.template_checks import assert_refused_twice
 
-GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=1, TMA_STORE=False)
+GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
 
 
 def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
@@ -23,8 +24,8 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
     ("params", "layout", "dtype", "registers"),
     [
         (GOOD, "NN", "float16", 168),
-        (dict(GOOD, BM=256, BN=128, STAGES=3, CLUSTER=2), "TT", "bfloat16", 168),
-        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER=2, TMA_STORE=True), "NT", "float16", None),
+        (dict(GOOD, BM=256, BN=128, STAGES=3, CLUSTER_M=2), "TT", "bfloat16", 168),
+        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", None),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -47,7 +48,7 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(STAGES=9), ["STAGES"]),
         (dict(RASTER=0), ["RASTER"]),
         (dict(STAGES=5), ["shared memory"]),
-        (dict(CLUSTER=4), ["CLUSTER"]),
+        (dict(CLUSTER_M=4), ["CLUSTER_M"]),
         (dict(TMA_STORE=True), ["staging tile", "shared memory"]),
     ],  # fmt: skip
 )
@@ -82,7 +83,66 @@ def test_the_grid_is_one_persistent_block_per_sm_or_per_tile(monkeypatch):
     monkeypatch.setattr(wg, "multiprocessors", lambda: None)
     assert wg.launch(GOOD, problem).grid == (32 * 16, 1, 1)
     assert wg.launch(GOOD, problem).block == (384, 1, 1)
-    pairs = dict(GOOD, CLUSTER=2)  # whole clusters: 33 tiles of 128 rows make 17 pairs
+    pairs = dict(GOOD, CLUSTER_M=2)  # whole clusters: 33 tiles of 128 rows make 17 pairs
     assert wg.launch(pairs, GEMM.problem("4224x256x64", "float16")).grid == (34, 1, 1)
     monkeypatch.setattr(wg, "multiprocessors", lambda: 133)
     assert wg.launch(pairs, problem).grid == (132, 1, 1)
+
+
+DECODE = dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=4)
+
+
+def rendered_decode(p, layout="NT", dtype="float16", shape=(16, 4096, 4096)):
+    return render("gemm", "wgmma_decode", p, GEMM.problem(list(shape), dtype, layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype"),
+    [
+        (DECODE, "float16"),
+        (dict(DECODE, BW=256, MB=64, CONSUMERS=2, SPLIT_K=1, STAGES=3), "bfloat16"),
+        (dict(DECODE, BW=64, MB=8, STAGES=12, SPLIT_K=16), "float16"),
+    ],  # fmt: skip
+)
+def test_decode_configurations_compile_for_sm90a_without_spills(params, dtype):
+    assert wd.check(params) is None
+    r = rendered_decode(params, dtype=dtype)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(BW=192), ["BW / CONSUMERS"]),
+        (dict(MB=24), ["MB"]),
+        (dict(STAGES=1), ["STAGES"]),
+        (dict(SPLIT_K=65), ["SPLIT_K"]),
+        (dict(STAGES=12, BW=256, CONSUMERS=2), ["shared"]),
+    ],  # fmt: skip
+)
+def test_a_broken_decode_configuration_is_refused_by_the_check_and_the_template(change, words):
+    p = {**DECODE, **change}
+    reason = wd.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered_decode(p)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+
+
+def test_decode_takes_nn_linear_layout_with_whole_16_byte_rows_only():
+    assert GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4096", "float16", "NT")) is None
+    assert "layout NT" in GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4096", "float16", "NN"))
+    assert "K = 4093" in GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4093", "float16", "NT"))
+    assert GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("3x4097x4096", "bfloat16", "NT")) is None
+
+
+def test_decode_grid_and_split_k_scratch():
+    p = GEMM.problem("100x1000x4096", "float16", "NT")  # 8 tiles of 128 rows of W, 7 rows of 16 of x
+    assert wd.launch(DECODE, p).grid == (8 * 4, 7, 1)
+    floats, counters = wd.scratch(DECODE, p)
+    assert counters == 8 * 7
+    assert floats == 8 * 7 * 4 * 128 * (128 // 64 * 16 // 2)  # a partial tile per split: 128 threads x 16 floats
+    assert wd.scratch(dict(DECODE, SPLIT_K=1), p) == (0, 0)

@@ -12,12 +12,12 @@ computes them.
 
 Example::
 
-    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=2, TMA_STORE=False)
+    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=2, TMA_STORE=False)
     >>> d = derived(p)
     >>> d["THREADS"], d["SHARED_BYTES"]
     (384, 197696)
 
-CLUSTER = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
+CLUSTER_M = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
 TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
 bytes too).
 """
@@ -31,7 +31,7 @@ from .base import Launch, Params
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER", "TMA_STORE")
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE")
 KINDS = (("TMA_STORE", "bool"),)
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
@@ -77,8 +77,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if p["RASTER"] < 1:
         return "RASTER must be at least 1"
-    if p["CLUSTER"] not in CLUSTERS:
-        return "CLUSTER must be 1 or 2 blocks"
+    if p["CLUSTER_M"] not in CLUSTERS:
+        return "CLUSTER_M must be 1 or 2 blocks"
     d = derived(p)
     if d["THREADS"] > limits.threads_per_block:
         return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
@@ -115,15 +115,15 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
 
 
 def groups(params: Params, problem: Any) -> int:
-    """Clusters' worth of tiles: CLUSTER vertically adjacent tiles each."""
+    """Clusters' worth of tiles: CLUSTER_M vertically adjacent tiles each."""
     tiles_m = -(-problem.M // params["BM"])
-    return -(-tiles_m // params["CLUSTER"]) * -(-problem.N // params["BN"])
+    return -(-tiles_m // params["CLUSTER_M"]) * -(-problem.N // params["BN"])
 
 
 def launch(params: Params, problem: Any) -> Launch:
     """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on), in whole
     clusters."""
-    d, cluster = derived(params), params["CLUSTER"]
+    d, cluster = derived(params), params["CLUSTER_M"]
     n = groups(params, problem)
     sms = multiprocessors()
     return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
@@ -131,13 +131,13 @@ def launch(params: Params, problem: Any) -> Launch:
 
 class TensorMaps(LaunchBound):
     """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
-    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER) rows,
+    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER_M) rows,
     M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
     reads) in boxes of 64 columns x BM / CONSUMERS rows; all with 128-byte swizzle."""
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem = problem
-        self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER"]
+        self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
         self.c_rows = params["BM"] // params["CONSUMERS"] if params["TMA_STORE"] else 0
         self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
@@ -224,10 +224,10 @@ class WgmmaTemplate(GemmTemplate):
             "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
             "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
-            "{64, BN/CLUSTER} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
+            "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
-            "{64, BM/CONSUMERS}. Grid: (CLUSTER * min(groups, SMs / CLUSTER), 1, 1), groups = ceil(ceil(M/BM) / "
-            "CLUSTER) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER = 2 a cluster of (2, 1, 1)."
+            "{64, BM/CONSUMERS}. Grid: (CLUSTER_M * min(groups, SMs / CLUSTER_M), 1, 1), groups = ceil(ceil(M/BM) / "
+            "CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1)."
         )
 
 

@@ -27,21 +27,21 @@ GEMM = FAMILIES["gemm"]
 W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)
 MMA = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
 WGM = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1)
-WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER=1, TMA_STORE=False)
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
 CONFIGS = {
     # wgmma + TMA, warp-specialized and persistent (sm_90a)
     "wgmma": [
         WG,
-        dict(WG, CLUSTER=2),
+        dict(WG, CLUSTER_M=2),
         dict(WG, STAGES=3, TMA_STORE=True),
-        dict(WG, STAGES=3, CLUSTER=2, TMA_STORE=True),
-        dict(WG, BM=256, BN=128, CLUSTER=2),
-        dict(WG, BM=256, BN=128, STAGES=3, CLUSTER=2, TMA_STORE=True),
-        dict(WG, BN=192, CLUSTER=2, TMA_STORE=True),
-        dict(WG, BN=192, STAGES=5, CLUSTER=2),
-        dict(WG, BN=128, STAGES=6, CLUSTER=2),
-        dict(WG, BN=128, STAGES=5, CLUSTER=2, TMA_STORE=True),
-        dict(WG, CLUSTER=2, RASTER=16),
+        dict(WG, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BM=256, BN=128, CLUSTER_M=2),
+        dict(WG, BM=256, BN=128, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BN=192, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BN=192, STAGES=5, CLUSTER_M=2),
+        dict(WG, BN=128, STAGES=6, CLUSTER_M=2),
+        dict(WG, BN=128, STAGES=5, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, CLUSTER_M=2, RASTER=16),
     ],
     "wmma": [
         W,
