@@ -8,6 +8,7 @@ CuPy's current stream for CuPy arrays, torch's current stream for torch tensors 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,14 @@ def _env() -> tuple[str | None, str | None, str | None]:
     """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
     env = os.environ
     return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
+
+
+@functools.cache
+def _torch_path() -> Any:
+    """autotune.torch_calls, imported on the first call with a torch tensor (it imports this module)."""
+    from . import torch_calls
+
+    return torch_calls
 
 
 def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
@@ -84,6 +93,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     with tf32 inputs (faster, lower precision). Transposed views (``x.T`` of a row-major array) are read in
     place by the 16-bit and tf32 kernels; other non-contiguous operands are copied first.
     """
+    if is_torch(a) or is_torch(b):  # on torch's current stream, temporaries from torch's allocator
+        return _torch_path().gemm_torch(_gemm, a, b, out, alpha, beta, precision, tuned_dir)
     import cupy as cp
 
     # Hot path: CuPy operands and out exactly as in an earlier call (shapes, strides, dtypes) and aligned.
@@ -98,16 +109,14 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
             return out
     else:
         sig = None
-    if is_torch(a) or is_torch(b):  # on torch's current stream, temporaries from torch's allocator
-        from .streams import gemm_torch
-
-        return gemm_torch(_gemm, a, b, out, alpha, beta, precision, tuned_dir)
     return _gemm(a, b, out, alpha, beta, precision, tuned_dir, sig)
 
 
 def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | None, tuned_dir: str | Path | None,
-          sig: tuple | None = None, torch_args: tuple[Any, Any, Any] | None = None) -> Any:  # fmt: skip
-    """gemm() past its hot path. ``torch_args``: the logical torch operands and out, for the vendor's torch path."""
+          sig: tuple | None = None, torch_args: tuple[Any, Any, Any] | None = None,
+          seen: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    """gemm() past its hot path. ``torch_args``: the logical torch operands and out, for the vendor's torch path;
+    ``seen``: filled with the launcher and whether the operands and out were read in place (no copy)."""
     import cupy as cp
 
     a_cp, kind, adt = _as_cupy(a, "a")
@@ -133,6 +142,7 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         ):
             raise ValueError(f"out must be a C-contiguous {adt} array of shape {(m, n)}")
     transposable = dtype != "float32"  # the fp32 SIMT kernels read row-major operands only
+    given = a_cp, b_cp
     a_cp, la = _stored(a_cp, transposable)
     b_cp, lb = _stored(b_cp, transposable)
     layout = la + lb
@@ -155,6 +165,9 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         else:
             launcher(a_cp, b_cp, out_cp, alpha, beta)
         stored_as_given = (a_cp is a or la == "T") and (b_cp is b or lb == "T") and out_cp is out
+        if seen is not None:
+            in_place = (a_cp is given[0] or la == "T") and (b_cp is given[1] or lb == "T") and target is None
+            seen.update(launcher=launcher, in_place=in_place)
         if sig is not None and target is None and stored_as_given and not launcher.provisional:
             _hot[sig] = (launcher, la == "T", lb == "T")
     if target is not None:
@@ -215,9 +228,7 @@ def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCH
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ValueError(f"{name} must be an integer >= {low} (the same for both dimensions), got {v!r}")
     if is_torch(x) or is_torch(w):  # on torch's current stream, temporaries from torch's allocator
-        from .streams import conv_torch
-
-        return conv_torch(_conv2d, x, w, stride, padding, layout, out, tuned_dir)
+        return _torch_path().conv_torch(_conv2d, x, w, stride, padding, layout, out, tuned_dir)
     return _conv2d(x, w, stride, padding, layout, out, tuned_dir)
 
 

@@ -305,11 +305,67 @@ def test_report_adds_up_layers():
 # --- with real torch on the CPU (where torch is installed) --------------------------------------------------------
 
 
-class CPUBackend(AutotuneBackend):
-    """The real backend's tensor code, with torch's matmul and conv on the CPU standing in for the kernels."""
+def on_cpu(ptr, shape, dtype):
+    """The CPU tensor at address ``ptr`` (what a kernel given ``data_ptr()`` reads and writes)."""
+    import ctypes
 
-    def __init__(self):
+    import torch
+
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_byte * size).from_address(ptr), dtype=dtype).view(shape)
+
+
+class PointerLauncher:
+    """A launcher of ours as the fast serve sees it: ``launch_ptrs`` on raw addresses, computed by torch on the
+    CPU from the memory at those addresses (the problem says the shapes and layout)."""
+
+    vendor, provisional = False, False
+
+    def __init__(self, problem, served):
+        self.problem, self.served, self.streams = problem, served, []
+
+    def launch_ptrs(self, a, b, out, alpha, beta, stream):
+        import torch
+
+        p, dt = self.problem, getattr(torch, self.problem.dtype)
+        self.streams.append(stream)
+        if hasattr(p, "M"):  # nn.Linear's GEMM: A [M, K], B stored [N, K] (layout NT), C [M, N]
+            assert p.layout == "NT"
+            c = on_cpu(out, (p.M, p.N), dt)
+            c.copy_(alpha * on_cpu(a, (p.M, p.K), dt) @ on_cpu(b, (p.N, p.K), dt).t() + beta * c)
+            self.served.append("linear")
+            return
+        nhwc = p.layout == "NHWC"
+        xs, ws, ys = (((p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.C), (p.N, p.P, p.Q, p.K)) if nhwc
+                      else ((p.N, p.C, p.H, p.W), (p.K, p.C, p.R, p.S), (p.N, p.K, p.P, p.Q)))  # fmt: skip
+        x, w, y = on_cpu(a, xs, dt), on_cpu(b, ws, dt), on_cpu(out, ys, dt)
+        if nhwc:
+            x, w, y = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), y.permute(0, 3, 1, 2)
+        y.copy_(torch.nn.functional.conv2d(x, w, None, p.stride, p.pad))
+        self.served.append(p.layout)
+
+
+class CPUBackend(AutotuneBackend):
+    """The real backend's tensor code, with torch's matmul and conv on the CPU standing in for the kernels:
+    the fast serve launches a ``PointerLauncher``; ``pointers=False`` leaves only the general path."""
+
+    def __init__(self, pointers=True):
         self.served: list[str] = []
+        self.pointers, self.launchers = pointers, []
+
+    def launcher(self, plan, device):
+        if not self.pointers:
+            return FakeLauncher("exact", vendor=True)
+        self.launchers.append(PointerLauncher(plan.problem, self.served))
+        return self.launchers[-1]
+
+    @staticmethod
+    def device_now():
+        return -1  # the CPU tensors' get_device()
+
+    @staticmethod
+    def stream_of(device):
+        return ("torch's current stream on", device)
 
     @staticmethod
     def step(kernel, problem, sizes, device):
