@@ -35,6 +35,27 @@ def stream_key(ptr: int) -> tuple[int, int]:
     return ptr, threading.get_ident() if ptr == _PER_THREAD_STREAM else 0
 
 
+def _cupy_args() -> tuple[Any, Any]:
+    """CuPy's kernel-argument classes for a device address and a by-value scalar (CuPy's own launch makes
+    them from every argument on every call); (None, None) on a CuPy without them."""
+    try:
+        from cupy.cuda import function
+    except ImportError:
+        return None, None
+    return getattr(function, "CIntptr", None), getattr(function, "CNumpyArray", None)
+
+
+_PTR, _VALUE = _cupy_args()
+PACKED = _PTR is not None and _VALUE is not None  # False: launch_ptrs passes plain values (benchmarks compare)
+
+
+def _by_value(x: Any) -> Any:
+    """A constant kernel argument as CuPy's by-value object, made once (NumPy scalars; arrays pass as they are)."""
+    import numpy as np
+
+    return _VALUE(np.array([x], dtype=x.dtype)) if isinstance(x, np.generic) else x
+
+
 class DevicePointer(int):
     """A device address that templates reading ``x.data.ptr`` (skinny_wgmma's tensor maps) accept as an
     operand; to CuPy's launch it is the plain 64-bit integer it is."""
@@ -69,6 +90,7 @@ class Launcher:
         impl = self._family.template(choice.template, choice.params)
         # plain templates pass operands through to the kernel: a pointer is an int; others get a DevicePointer
         self._plain_args = type(impl).takes_scratch is Template.takes_scratch
+        self._packed: dict[tuple, tuple[Any, ...] | bool] = {}  # (alpha, beta, stream) -> launch_ptrs' packed arguments
         self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
         self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
 
@@ -111,14 +133,33 @@ class Launcher:
             hooks.observer(self.kernel, self.problem, lambda: self._launch_ptrs(a, b, out, alpha, beta, stream))
 
     def _launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any) -> None:
-        if not self._plain_args:
-            a, b, out = DevicePointer(a), DevicePointer(b), DevicePointer(out)
+        key: Any = None
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
             key = stream_key(stream.ptr)
             scratch = self._scratch.get(key) or self._scratch_on(stream, key)
-        args = self._args(a, b, out, alpha, beta, scratch)
+        rest = self._packed.get((alpha, beta, key))
+        if rest is None:
+            rest = self._packed[(alpha, beta, key)] = self._pack(alpha, beta, scratch)
+        if rest is not False:
+            args = (_PTR(a), _PTR(b), _PTR(out), *rest)  # type: ignore[misc]
+        elif self._plain_args:
+            args = self._args(a, b, out, alpha, beta, scratch)
+        else:
+            args = self._args(DevicePointer(a), DevicePointer(b), DevicePointer(out), alpha, beta, scratch)
         self._fn(self._grid, self._block, args, shared_mem=self._shared, stream=stream)
+
+    def _pack(self, alpha: float, beta: float, scratch: tuple[Any, ...]) -> tuple[Any, ...] | bool:
+        """The kernel arguments after the three operand pointers, converted once into CuPy's own argument
+        objects (what its launch makes of them on every call otherwise); False where this launcher or this CuPy
+        does not allow it (its arguments are then made per call)."""
+        if not (PACKED and self._plain_args):
+            return False
+        marks = (object(), object(), object())
+        args = self._args(*marks, alpha, beta, scratch)
+        if any(x is not m for x, m in zip(args, marks, strict=False)) or any(x is m for x in args[3:] for m in marks):
+            return False
+        return tuple(_by_value(x) for x in args[3:])
 
     def _scratch_on(self, stream: Any, key: tuple[int, int]) -> tuple[Any, ...]:
         """``_stream_scratch`` with ``stream`` current: buffers zeroed on it, and its capture state checked."""

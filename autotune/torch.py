@@ -169,7 +169,9 @@ class Router:
         self.calls, self.fallbacks = Counter[str](), Counter[str]()
         self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
         self.params: dict[str, Any] = getattr(module, "_parameters", {})  # read directly: Module.__getattr__ is slow
-        self.fast: dict[tuple, tuple[int, Any]] = {}  # key -> (runtime.generation, the backend's fast serve or None)
+        self.fast: dict[tuple, tuple[int, Any]] = {}  # key of an AUTOTUNE plan -> (runtime.generation, fast serve)
+        self.fast_calls = 0  # calls served by a fast serve (counted apart: the steady state skips the Counter)
+        self.built: dict[tuple, int] = {}  # key -> runtime.generation its fast serve was asked for
 
     def param(self, name: str) -> Any:
         params = self.params
@@ -184,21 +186,21 @@ class Router:
             return self._fallback(reason or Fallback.DEVICE, x)
         layout = backend.layout_of(x) if self.kind == "conv2d" else None
         key = (x.shape, x.dtype, w.dtype, x.device, layout)
+        fast = self.fast.get(key)
+        if fast is not None and fast[0] == runtime.generation:  # the steady state: served by our kernel
+            try:
+                out = fast[1](x, w, self.param("bias"))
+            except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
+                return self._fallback(self._failed(self.plans[key], key, exc), x)
+            if out is not None:
+                self.fast_calls += 1
+                return out
         plan = self.plans.get(key)
         if plan is None:
             plan = self._decide(key, x, layout)
             if plan is None:
                 return self._fallback(Fallback.CAPTURE, x)
         if plan.route is _AUTOTUNE:
-            fast = self.fast.get(key)
-            if fast is not None and fast[1] is not None and fast[0] == runtime.generation:  # the steady state
-                try:
-                    out = fast[1](x, w, self.param("bias"))
-                except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
-                    return self._fallback(self._failed(plan, key, exc), x)
-                if out is not None:
-                    self.calls[_AUTOTUNE] += 1
-                    return out
             out = self._serve(plan, key, x)
             if isinstance(out, Fallback):
                 return self._fallback(out, x)
@@ -229,6 +231,8 @@ class Router:
             if plan.route is _AUTOTUNE:
                 plan = self._race(plan, key, x)
         self.plans[key] = plan
+        if plan.route is not _AUTOTUNE:  # the race may have built a fast serve of ours: torch's op won
+            self.fast.pop(key, None)
         return plan
 
     def _race(self, plan: Plan, key: tuple, x: Any) -> Plan:
@@ -248,13 +252,20 @@ class Router:
         return Plan(route, None, plan.kernel, plan.problem, detail, plan.sizes)
 
     def _fast(self, plan: Plan, key: tuple, x: Any) -> Any:
-        """The backend's fast serve of this input signature (made once per launcher generation), or None."""
+        """The backend's fast serve of this input signature (asked for once per launcher generation), or None."""
+        generation = runtime.generation
         got = self.fast.get(key)
-        if got is None or got[0] != runtime.generation:
-            build = getattr(self.backend, "fast", None)
-            serve = build(self.kind, self.module, plan, x, self.weight_cache, self.fuse_bias) if build else None
-            got = self.fast[key] = (runtime.generation, serve)
-        return got[1]
+        if got is not None and got[0] == generation:
+            return got[1]
+        if self.built.get(key) == generation:
+            return None  # asked already: the backend has none for it
+        self.built[key] = generation
+        self.fast.pop(key, None)
+        build = getattr(self.backend, "fast", None)
+        serve = build(self.kind, self.module, plan, x, self.weight_cache, self.fuse_bias) if build else None
+        if serve is not None:
+            self.fast[key] = (generation, serve)
+        return serve
 
     def _serve(self, plan: Plan, key: tuple, x: Any) -> Any:
         """Our kernel's output, or the reason this call cannot be served (a failing kernel's plan becomes one):
@@ -291,6 +302,8 @@ class Router:
         plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
                        str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
         calls, fallbacks = ({str(k): n for k, n in c.items()} for c in (self.calls, self.fallbacks))
+        if self.fast_calls:
+            calls[_AUTOTUNE.value] = calls.get(_AUTOTUNE.value, 0) + self.fast_calls
         return LayerReport(name, self.kind, calls, fallbacks, plans)
 
 
@@ -333,4 +346,5 @@ def report(model: Any, *, reset: bool = False) -> Report:
         if reset:
             router.calls.clear()
             router.fallbacks.clear()
+            router.fast_calls = 0
     return Report(tuple(layers), dict(model.__dict__.get("_autotune_skipped", {})))

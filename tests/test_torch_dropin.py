@@ -322,11 +322,13 @@ class PointerLauncher:
     vendor, provisional = False, False
 
     def __init__(self, problem, served):
-        self.problem, self.served, self.streams = problem, served, []
+        self.problem, self.served, self.streams, self.fail = problem, served, [], False
 
     def launch_ptrs(self, a, b, out, alpha, beta, stream):
         import torch
 
+        if self.fail:
+            raise RuntimeError("launch failed")
         p, dt = self.problem, getattr(torch, self.problem.dtype)
         self.streams.append(stream)
         if hasattr(p, "M"):  # nn.Linear's GEMM: A [M, K], B stored [N, K] (layout NT), C [M, N]
@@ -556,3 +558,90 @@ def test_the_first_call_of_a_shape_races_our_kernel_against_torchs_op(torch, our
     layer = at.report(model).layers[0]
     assert layer.plans[0][1] == route and "raced on this input" in layer.plans[0][2]
     assert layer.calls.get(route, 0) == 3
+
+
+# --- the fast serve: the steady state of a routed call -------------------------------------------------------------
+
+
+def test_the_steady_state_launches_on_data_pointers_with_the_stream_read_per_call(torch):
+    """After the first call, a call is: the signature looked up, the output allocated, the launch on the operands'
+    data pointers (W in place, as [out, in]) on the stream of this call; the general path is not taken."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8).eval()
+    backend = CPUBackend()
+    streams = iter(range(100))
+    backend.stream_of = lambda device: ("stream", next(streams))
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        for _ in range(3):
+            torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+    (launcher,) = backend.launchers
+    assert launcher.streams == [("stream", 0), ("stream", 1), ("stream", 2)]  # never cached across calls
+    assert backend.served == ["linear"] * 3 and at.report(model).layers[0].calls == {"autotune": 3}
+
+
+def test_calls_the_fast_serve_cannot_take_go_the_general_path(torch):
+    """An input off a 16-byte boundary: the runtime's general path (which copies it) serves that call."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8, bias=False).eval()
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    base = torch.randn(3 * 16 + 1)
+    x = base[1:].view(3, 16)  # 4 bytes past an aligned start
+    assert x.data_ptr() % 16 and x.is_contiguous()
+    with torch.no_grad():
+        model(torch.randn(3, 16))
+        torch.testing.assert_close(model(x), x @ layer.weight.t(), rtol=1e-5, atol=1e-5)
+    assert backend.served == ["linear", "linear"] and len(backend.launchers) == 1  # the second by backend.linear
+
+
+def test_forgetting_the_launchers_rebuilds_the_fast_serve(torch):
+    import autotune.torch as at
+    from autotune import runtime
+
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        model(x)
+        model(x)
+        runtime.forget_launchers()  # after set_online(...), say: the runtime decides again
+        model(x)
+    assert len(backend.launchers) == 2
+
+
+def test_a_race_won_by_torch_leaves_no_fast_serve_behind(torch):
+    import autotune.torch as at
+
+    class TorchWins(CPUBackend):
+        def race(self, ours, theirs, x):
+            ours(), theirs()
+            return 2.0, 1.0
+
+    backend = TorchWins()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, 16))
+    assert at.report(model).layers[0].calls == {"vendor": 3} and backend.served == ["linear"]  # the race's only
+
+
+def test_a_fast_serve_that_fails_hands_the_problem_to_torch(torch, caplog):
+    import autotune.torch as at
+
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        model(x)
+        backend.launchers[0].fail = True
+        want = torch.nn.functional.linear(x, model.weight, model.bias)
+        torch.testing.assert_close(model(x), want)
+        model(x)
+    rep = at.report(model).layers[0]
+    assert rep.fallbacks == {Fallback.RUNTIME.value: 2} and rep.calls == {"autotune": 1, "torch": 2}
+    assert "launch failed" in caplog.text

@@ -1,0 +1,174 @@
+"""Host time the torch drop-in adds per call: ``autotune.torch.optimize(layer)`` against the same torch layer, eager.
+
+Goal (issue 25): in eager mode the drop-in adds at most about 5 us of host time per call. Both layers are
+timed in the same process with perf_counter, in bursts of 100 calls (synchronized, untimed, between bursts),
+on problems small enough that the host, not the GPU, sets the pace; ``added_us`` is the optimized layer's
+host time per call minus torch's.
+
+    python3 benchmarks/dropin_overhead.py              # on a GPU: nn.Linear and nn.Conv2d, our kernels
+    python3 benchmarks/dropin_overhead.py --fake       # no GPU: the Python path with a no-op launch
+
+``--fake`` (CPU only) measures the drop-in's own Python: the kernel launch is a no-op, tensors live on the
+CPU, and the row "general path" is the route every call took before the fast serve (the backend's
+``linear`` over ``runtime.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
+    """Median host microseconds per call over ``bursts`` bursts of ``burst`` calls."""
+    for _ in range(3 * burst):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(bursts):
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        times.append((time.perf_counter() - t0) / burst * 1e6)
+        if sync:
+            sync()
+    return statistics.median(times)
+
+
+def _pair(torch, layer, x, bursts, sync, vendor_too: bool) -> list[dict]:
+    """(torch's layer, the optimized copy, and the optimized copy with every plan sent to the vendor)."""
+    import copy
+    import dataclasses
+
+    import autotune.torch as at
+
+    base = copy.deepcopy(layer)
+    opt = at.optimize(copy.deepcopy(layer))
+    with torch.inference_mode():
+        opt(x)  # decide, compile, race
+        theirs = host_us(lambda: base(x), bursts, sync=sync)
+        ours = host_us(lambda: opt(x), bursts, sync=sync)
+        router = opt.__dict__[at.ATTR]
+        routes = sorted({p.route.value for p in router.plans.values()})
+        rows = [{"what": "torch", "host_us": theirs}, {"what": f"optimized ({'/'.join(routes)})", "host_us": ours,
+                "added_us": ours - theirs}]  # fmt: skip
+        if vendor_too:
+            router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
+            sent = host_us(lambda: opt(x), bursts, sync=sync)
+            rows.append({"what": "optimized (vendor route)", "host_us": sent, "added_us": sent - theirs})
+    return rows
+
+
+def gpu_rows(bursts: int = 300) -> list[dict]:
+    """nn.Linear (decode-sized, with and without bias) and nn.Conv2d (1x1 and 3x3) in fp16 on the GPU."""
+    import torch
+
+    nn, dev, f16 = torch.nn, "cuda", torch.float16
+    cases = [
+        ("Linear 4096->4096 M=1 no bias", nn.Linear(4096, 4096, bias=False), (1, 4096)),
+        ("Linear 4096->4096 M=16 no bias", nn.Linear(4096, 4096, bias=False), (16, 4096)),
+        ("Linear 1024->1024 M=1 bias", nn.Linear(1024, 1024), (1, 1024)),
+        ("Conv2d 64->64 1x1 8x8 no bias", nn.Conv2d(64, 64, 1, bias=False), (1, 64, 8, 8)),
+        ("Conv2d 64->64 3x3 8x8 bias", nn.Conv2d(64, 64, 3, padding=1), (1, 64, 8, 8)),
+    ]
+    found = []
+    for name, layer, shape in cases:
+        layer = layer.to(dev, f16).eval()
+        x = torch.randn(shape, device=dev, dtype=f16)
+        for r in _pair(torch, layer, x, bursts, torch.cuda.synchronize, vendor_too=True):
+            found.append({"case": name, **r})
+    return found
+
+
+def fake_rows(bursts: int = 300) -> list[dict]:
+    """The drop-in's Python per call on the CPU, the launch a no-op (see the module doc)."""
+    import torch
+
+    import autotune.torch as at
+    from autotune.torch_backend import AutotuneBackend
+
+    class NoLaunch:
+        vendor = provisional = False
+
+        def launch_ptrs(self, a, b, out, alpha, beta, stream):
+            pass
+
+    class FakeGpu(AutotuneBackend):
+        def __init__(self, fast: bool) -> None:
+            super().__init__()
+            self._fast_on = fast
+
+        @staticmethod
+        def step(kernel, problem, sizes, device):
+            return "exact"
+
+        @staticmethod
+        def on_device(x):
+            return True
+
+        on_current_device = on_device
+
+        @staticmethod
+        def capturing():
+            return False
+
+        def fast(self, *args):
+            return super().fast(*args) if self._fast_on else None
+
+        @staticmethod
+        def launcher(plan, device):
+            return NoLaunch()
+
+        @staticmethod
+        def device_now():
+            return -1
+
+        streams = {(-1, 0): "stream"}
+        stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
+
+        def gemm(self, a, b, out, alpha, beta):
+            pass  # the general path's runtime.gemm, as a no-op
+
+    found = []
+    for bias in (False, True):
+        layer = torch.nn.Linear(64, 64, bias=bias).eval()
+        x = torch.randn(1, 64)
+        with torch.inference_mode():
+            plain = host_us(lambda: layer(x), bursts)
+            for what, fast in (("fast serve", True), ("general path", False)):
+                opt = at.optimize(torch.nn.Linear(64, 64, bias=bias).eval(), backend=FakeGpu(fast))
+                t = host_us(lambda opt=opt: opt(x), bursts)
+                found.append({"case": f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}", "what": what,
+                              "host_us": t, "torch_cpu_linear_us": plain})  # fmt: skip
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fake", action="store_true", help="no GPU: the Python path with a no-op launch")
+    ap.add_argument("--bursts", type=int, default=300)
+    ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = ap.parse_args()
+    try:
+        found = fake_rows(args.bursts) if args.fake else gpu_rows(args.bursts)
+    except ImportError as exc:
+        print(f"dropin_overhead needs torch: {exc}", file=sys.stderr)
+        return 2
+    for r in found:
+        extra = "".join(f"  {k} {v:7.2f}" for k, v in r.items() if k not in ("case", "what", "host_us"))
+        print(f"{r['case']:<34} {r['what']:<28} host {r['host_us']:7.2f} us/call{extra}")
+    if args.out:
+        args.out.write_text(json.dumps(found, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
