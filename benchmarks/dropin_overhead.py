@@ -141,13 +141,48 @@ def fake_rows(bursts: int = 300) -> list[dict]:
     for bias in (False, True):
         layer = torch.nn.Linear(64, 64, bias=bias).eval()
         x = torch.randn(1, 64)
+        case = f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}"
         with torch.inference_mode():
-            plain = host_us(lambda: layer(x), bursts)
+            plain = host_us(lambda layer=layer, x=x: layer(x), bursts)
             for what, fast in (("fast serve", True), ("general path", False)):
                 opt = at.optimize(torch.nn.Linear(64, 64, bias=bias).eval(), backend=FakeGpu(fast))
-                t = host_us(lambda opt=opt: opt(x), bursts)
-                found.append({"case": f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}", "what": what,
-                              "host_us": t, "torch_cpu_linear_us": plain})  # fmt: skip
+                t = host_us(lambda opt=opt, x=x: opt(x), bursts)
+                found.append({"case": case, "what": what, "host_us": t, "torch_cpu_linear_us": plain})
+    return found + _parts(torch, bursts)
+
+
+def _parts(torch, bursts: int) -> list[dict]:
+    """What a fast serve's call is made of, on the CPU: a module call, torch.empty, the launch's Python."""
+    import numpy as np
+
+    from autotune import launcher
+    from autotune.kernels import FAMILIES
+    from autotune.kernels.base import Launch
+    from autotune.runtime import Choice
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    x, ident = torch.randn(1, 64), Identity()
+    gemm = FAMILIES["gemm"]
+    template, params = gemm.default_config("float16", "NT")
+    choice, problem = Choice(template, params, "default", "default"), gemm.problem([1, 64, 64], "float16", "NT")
+    scratch = None if gemm.scratch(template, params, problem) is None else lambda: (np.zeros(1), np.zeros(1))
+    no_op = lambda grid, block, args, shared_mem=0, stream=None: None  # noqa: E731 - the launch, as a no-op
+    ours = launcher.Launcher("gemm", problem, choice, no_op, Launch((1, 1, 1), (128, 1, 1), 0), "k", scratch)
+    stream = type("Stream", (), {"ptr": 0, "__enter__": lambda s: s, "__exit__": lambda s, *e: False})()
+    found = [
+        {"case": "parts", "what": "module call, identity forward", "host_us": host_us(lambda: ident(x), bursts)},
+        {"case": "parts", "what": "torch.empty((1, 64))", "host_us": host_us(lambda: torch.empty((1, 64)), bursts)},
+    ]
+    for packed in (True, False):
+        launcher.PACKED = packed and launcher._PTR is not None
+        ours._packed.clear()
+        t = host_us(lambda: ours.launch_ptrs(1024, 2048, 4096, 1.0, 0.0, stream), bursts)
+        found.append({"case": "parts", "what": f"launch_ptrs Python, {'packed' if packed else 'plain'} args",
+                      "host_us": t})  # fmt: skip
+    launcher.PACKED = launcher._PTR is not None
     return found
 
 
@@ -164,7 +199,7 @@ def main() -> int:
         return 2
     for r in found:
         extra = "".join(f"  {k} {v:7.2f}" for k, v in r.items() if k not in ("case", "what", "host_us"))
-        print(f"{r['case']:<34} {r['what']:<28} host {r['host_us']:7.2f} us/call{extra}")
+        print(f"{r['case']:<34} {r['what']:<36} host {r['host_us']:7.2f} us/call{extra}")
     if args.out:
         args.out.write_text(json.dumps(found, indent=1) + "\n")
     return 0
