@@ -154,12 +154,7 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if k == 0:
         _empty_sum(out_cp, beta, dtype)
     else:
-        fast = (m, n, k, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
-        launcher = _by_call.get(fast)
-        if launcher is None:
-            launcher = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
-            if not launcher.provisional:
-                _by_call[fast] = launcher
+        launcher = _gemm_launcher(m, n, k, dtype, layout, tuned_dir)
         if launcher.vendor and torch_args is not None:
             launcher.torch_gemm(*torch_args, alpha, beta)  # type: ignore[attr-defined]
         else:
@@ -175,6 +170,19 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if out is not None:
         return out
     return _like(out_cp, kind, dtype)
+
+
+def _gemm_launcher(m: int, n: int, k: int, dtype: str, layout: str, tuned_dir: str | Path | None) -> Any:
+    """``load``'s launcher for the GEMM, memoized per call signature (skips building a problem per call)."""
+    import cupy as cp
+
+    fast = (m, n, k, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
+    launcher = _by_call.get(fast)
+    if launcher is None:
+        launcher = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
+        if not launcher.provisional:
+            _by_call[fast] = launcher
+    return launcher
 
 
 def _computed(dtype: str, precision: str | None) -> str:
@@ -233,9 +241,10 @@ def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCH
 
 
 def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tuned_dir: str | Path | None,
-            torch_args: tuple[Any, Any] | None = None) -> Any:  # fmt: skip
+            torch_args: tuple[Any, Any] | None = None, seen: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """conv2d() past its argument checks. ``torch_args``: x and w as torch tensors (C-contiguous, aligned), for
-    the vendor's torch path and for an output allocated by torch."""
+    the vendor's torch path and for an output allocated by torch; ``seen``: filled with the launcher, the output
+    shape and whether x, w and out were read in place (no copy)."""
     import cupy as cp
 
     x_cp, kind, xdt = _as_cupy(x, "x")
@@ -258,17 +267,13 @@ def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tu
         out_cp, _, odt = _as_cupy(out, "out")
         if out_cp.shape != out_shape or odt != xdt or not out_cp.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {xdt} array of shape {out_shape}")
-    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, _env(),
-           cp.cuda.runtime.getDevice())  # fmt: skip
-    launcher = _by_call.get(key)
-    if launcher is None:
-        launcher = load("conv2d", dtype=xdt, layout=layout, tuned_dir=tuned_dir, N=n, C=c, H=h, W=wd, K=k, R=r, S=s,
-                        stride=stride, pad=padding)  # fmt: skip
-        if not launcher.provisional:
-            _by_call[key] = launcher
+    launcher = _conv_launcher((n, c, h, wd, k, r, s, stride, padding), xdt, layout, tuned_dir)
+    if seen is not None:
+        seen.update(launcher=launcher, out_shape=out_shape, in_place=True)
     if launcher.vendor and torch_args is not None:
         y = launcher.torch_conv(*torch_args)  # type: ignore[attr-defined]
         return y if out is None else out.copy_(y)
+    given = x_cp.data.ptr, w_cp.data.ptr
     x_cp, _ = _stored(x_cp.reshape(x_cp.shape[0], -1), False)
     w_cp, _ = _stored(w_cp.reshape(w_cp.shape[0], -1), False)
     if out is None and torch_args is not None:
@@ -282,8 +287,24 @@ def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tu
     if out_cp.data.ptr % 16:
         target, out_cp = out_cp, out_cp.copy()
     launcher(x_cp, w_cp, out_cp)
+    if seen is not None:
+        seen["in_place"] = (x_cp.data.ptr, w_cp.data.ptr) == given and target is None
     if target is not None:
         target[...] = out_cp
     if out is not None:
         return out
     return _like(out_cp, kind, xdt)
+
+
+def _conv_launcher(dims: tuple[int, ...], dtype: str, layout: str, tuned_dir: str | Path | None) -> Any:
+    """``load``'s launcher for the convolution (N, C, H, W, K, R, S, stride, pad), memoized per call signature."""
+    import cupy as cp
+
+    key = ("conv2d", *dims, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
+    launcher = _by_call.get(key)
+    if launcher is None:
+        sizes = dict(zip(("N", "C", "H", "W", "K", "R", "S", "stride", "pad"), dims, strict=True))
+        launcher = load("conv2d", dtype=dtype, layout=layout, tuned_dir=tuned_dir, **sizes)
+        if not launcher.provisional:
+            _by_call[key] = launcher
+    return launcher

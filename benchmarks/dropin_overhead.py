@@ -93,6 +93,25 @@ def fake_rows(bursts: int = 300) -> list[dict]:
     import torch
 
     import autotune.torch as at
+
+    backend = _fake_gpu()
+    found = []
+    for bias in (False, True):
+        layer = torch.nn.Linear(64, 64, bias=bias).eval()
+        x = torch.randn(1, 64)
+        case = f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}"
+        with torch.inference_mode():
+            plain = host_us(lambda layer=layer, x=x: layer(x), bursts)
+            for what, fast in (("fast serve", True), ("general path", False)):
+                opt = at.optimize(torch.nn.Linear(64, 64, bias=bias).eval(), backend=backend(fast))
+                t = host_us(lambda opt=opt, x=x: opt(x), bursts)
+                found.append({"case": case, "what": what, "host_us": t, "torch_cpu_linear_us": plain})
+    return found + _parts(torch, bursts)
+
+
+def _fake_gpu() -> type:
+    """A backend that takes CPU tensors for GPU ones and launches nothing (``FakeGpu(fast=False)``: no fast
+    serve, the general path over a no-op GEMM)."""
     from autotune.torch_backend import AutotuneBackend
 
     class NoLaunch:
@@ -137,18 +156,7 @@ def fake_rows(bursts: int = 300) -> list[dict]:
         def gemm(self, a, b, out, alpha, beta):
             pass  # the general path's runtime.gemm, as a no-op
 
-    found = []
-    for bias in (False, True):
-        layer = torch.nn.Linear(64, 64, bias=bias).eval()
-        x = torch.randn(1, 64)
-        case = f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}"
-        with torch.inference_mode():
-            plain = host_us(lambda layer=layer, x=x: layer(x), bursts)
-            for what, fast in (("fast serve", True), ("general path", False)):
-                opt = at.optimize(torch.nn.Linear(64, 64, bias=bias).eval(), backend=FakeGpu(fast))
-                t = host_us(lambda opt=opt, x=x: opt(x), bursts)
-                found.append({"case": case, "what": what, "host_us": t, "torch_cpu_linear_us": plain})
-    return found + _parts(torch, bursts)
+    return FakeGpu
 
 
 def _parts(torch, bursts: int) -> list[dict]:

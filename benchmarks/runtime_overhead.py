@@ -74,6 +74,17 @@ def per_call_us(fn, bursts: int = 300, burst: int = 100) -> float:
     return statistics.median(times)
 
 
+def _dropin_rows() -> list[dict]:
+    """The drop-in's host time per call and what it adds over torch's own layer (goal: about 5 us at most)."""
+    try:
+        from dropin_overhead import gpu_rows  # beside this script; needs torch
+    except ImportError:
+        print("torch is not importable: the drop-in's added host time is not measured")
+        return []
+    return [{"measure": f"drop-in host per call, {r['what']}", "shape": r["case"], "value": r["host_us"], "unit": "us",
+             "added_us": r.get("added_us")} for r in gpu_rows()]  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -127,14 +138,7 @@ def main() -> int:
     for r in host_rows(20000):  # host time of each serving path, the drop-in's per-call cost
         rows.append({"measure": f"host per call, {r['what']}", "shape": "16x64x64 fp16", "value": r["host_us"],
                      "unit": "us", "gpu_us": r["gpu_us"]})  # fmt: skip
-    try:
-        from dropin_overhead import gpu_rows as dropin_rows  # beside this script; needs torch
-    except ImportError:
-        print("torch is not importable: the drop-in's added host time is not measured")
-    else:
-        for r in dropin_rows():  # the goal: the drop-in adds at most about 5 us of host time per call
-            rows.append({"measure": f"drop-in host per call, {r['what']}", "shape": r["case"], "value": r["host_us"],
-                         "unit": "us", "added_us": r.get("added_us")})  # fmt: skip
+    rows += _dropin_rows()
     meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"cupy": cp.__version__, "cuda_runtime": gpu.runtime,
             "cuda_driver": gpu.driver, "nvrtc": nvrtc_version()},
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip

@@ -110,3 +110,44 @@ def test_gemm_hands_torch_tensors_to_this_path(monkeypatch):
     seen = []
     monkeypatch.setattr(torch_calls, "gemm_torch", lambda core, *args: seen.append(core) or "done")
     assert calls.gemm(torch.randn(2, 2), torch.randn(2, 2)) == "done" and seen == [calls._gemm]
+
+
+def conv_core(launcher, full):
+    """calls._conv2d as the full path: reports ``launcher``, the output shape and reading in place."""
+
+    def core(x, w, stride, padding, layout, out, tuned_dir, torch_args=None, seen=None):
+        full.append((x.data_ptr(), w.data_ptr()))
+        (n, _, h, wd), (k, _, r, s) = x.shape, w.shape
+        shape = (n, k, (h + 2 * padding - r) // stride + 1, (wd + 2 * padding - s) // stride + 1)
+        seen.update(launcher=launcher, out_shape=shape, in_place=True)
+        return out if out is not None else torch.empty(shape)
+
+    return core
+
+
+def conv(core, x, w, out=None, stride=1, padding=1):
+    return torch_calls.conv_torch(core, x, w, stride, padding, "NCHW", out, None)
+
+
+def test_conv2d_takes_the_hot_path_from_its_second_call(cpu):
+    launcher, full, _ = cpu
+    core = conv_core(launcher, full)
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    first = conv(core, x, w)
+    second = conv(core, x, w)
+    assert len(full) == 1 and second.shape == first.shape == (2, 6, 8, 8)
+    assert launcher.launches == [(x.data_ptr(), w.data_ptr(), second.data_ptr(), 1.0, 0.0, ("stream", -1, 0))]
+    out = torch.empty(2, 6, 4, 4)  # stride 2 into a given output: another signature
+    conv(core, x, w, out, stride=2)
+    assert conv(core, x, w, out, stride=2) is out and launcher.launches[-1][2] == out.data_ptr() and len(full) == 2
+
+
+def test_conv2d_hot_path_of_the_vendor_runs_torchs_convolution(cpu):
+    launcher, full, _ = cpu
+    launcher.vendor = True
+    launcher.torch_conv = lambda x, w: torch.nn.functional.conv2d(x, w, padding=1)
+    core = conv_core(launcher, full)
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    conv(core, x, w)
+    torch.testing.assert_close(conv(core, x, w), torch.nn.functional.conv2d(x, w, padding=1))
+    assert len(full) == 1 and launcher.launches == []
