@@ -1,9 +1,11 @@
 """Launch on the caller's stream: CuPy's current stream for CuPy arrays, torch's for torch tensors.
 
-A call with torch tensors runs inside ``torch_stream()``: CuPy's current stream becomes torch's current
-stream (a CuPy view of the same handle, made once per handle), so the kernels order with the caller's
-torch work and are recorded by ``torch.cuda.graph`` capture. Torch is imported only when a torch tensor
-arrives (or is already imported, for the capture check).
+The first call of a signature with torch tensors runs inside ``torch_stream()``: CuPy's current stream
+becomes torch's current stream (a CuPy view of the same handle, made once per handle), so the kernels order
+with the caller's torch work and are recorded by ``torch.cuda.graph`` capture. Later calls (``autotune.torch``'s
+fast serve, ``gemm()``'s hot path) pass ``stream_of_torch(device)`` to the launch instead, read per call: no
+stream context is entered. Torch is imported only when a torch tensor arrives (or is already imported, for
+the capture check).
 """
 
 from __future__ import annotations
