@@ -167,9 +167,9 @@ class AutotuneBackend:
             return None
         dev = x.get_device()
         if kind == "linear":
-            return fast_linear(launcher.launch_ptrs, x, module.out_features, fuse_bias, dev, self.device_now,
+            return fast_linear(launcher.launch_ptrs, x, module.out_features, fuse_bias, dev, self.device_reader(),
                                self.stream_of)  # fmt: skip
-        return fast_conv(launcher.launch_ptrs, x, module, plan.problem.layout, cache, dev, self.device_now,
+        return fast_conv(launcher.launch_ptrs, x, module, plan.problem.layout, cache, dev, self.device_reader(),
                          self.stream_of)  # fmt: skip
 
     @staticmethod
@@ -182,11 +182,11 @@ class AutotuneBackend:
             return runtime.load(plan.kernel, dtype=p.dtype, layout=p.layout, **plan.sizes)
 
     @staticmethod
-    def device_now() -> int:
-        """The current CUDA device (the launchers' modules are loaded in its context)."""
+    def device_reader() -> Callable[[], int]:
+        """What reads the current CUDA device (the launchers' modules are loaded in its context): CuPy's C call."""
         import cupy
 
-        return cupy.cuda.runtime.getDevice()
+        return cupy.cuda.runtime.getDevice
 
     stream_of = staticmethod(streams.stream_of_torch)  # torch's current stream, as a launch's stream=
 

@@ -16,6 +16,7 @@ from .calls import _env
 from .streams import stream_of_torch, torch_stream
 
 Serve = Callable[[Any, Any, Any, float, float], bool]  # (a or x, b or w, out, alpha, beta) -> served?
+HOT = True  # False: every call takes the full path (benchmarks/dropin_overhead.py measures the path before)
 _hot: dict[tuple, Any] = {}  # call signature -> how it is served (gemm: a Serve; conv2d: (x, w, out) -> y or None)
 
 
@@ -76,7 +77,7 @@ def gemm_torch(core: Any, a: Any, b: Any, out: Any, alpha: float, beta: float, p
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2):
         with torch_stream():
             return core(a, b, out, alpha, beta, precision, tuned_dir)  # its checks say what is wrong
-    sig = _gemm_sig(a, b, out, precision, tuned_dir) if (out is not None or beta == 0) else None
+    sig = _gemm_sig(a, b, out, precision, tuned_dir) if HOT and (out is not None or beta == 0) else None
     serve = _hot.get(sig) if sig is not None else None
     if serve is not None:
         given = out
@@ -145,8 +146,8 @@ def conv_torch(core: Any, x: Any, w: Any, stride: int, padding: int, layout: str
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)):
         with torch_stream():
             return core(x, w, stride, padding, layout, out, tuned_dir)
-    sig = _conv_sig(x, w, stride, padding, layout, out, tuned_dir)
-    serve = _hot.get(sig)
+    sig = _conv_sig(x, w, stride, padding, layout, out, tuned_dir) if HOT else None
+    serve = _hot.get(sig) if sig is not None else None
     if serve is not None:
         y = serve(x, w, out)
         if y is not None:
@@ -155,7 +156,7 @@ def conv_torch(core: Any, x: Any, w: Any, stride: int, padding: int, layout: str
 
 
 def _conv_full(core: Any, x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tuned_dir: Any,
-               sig: tuple) -> Any:  # fmt: skip
+               sig: tuple | None) -> Any:  # fmt: skip
     """The first call of a signature: x and w made C-contiguous and aligned by torch where needed, ``out``
     allocated by torch, everything on torch's current stream; remembers the signature if all was read in place."""
     import torch
@@ -170,7 +171,7 @@ def _conv_full(core: Any, x: Any, w: Any, stride: int, padding: int, layout: str
     if target is not None:
         return target.copy_(result)
     launcher = seen.get("launcher")
-    if launcher is not None and seen.get("in_place") and _same(x, x2) and _same(w, w2):
+    if sig is not None and launcher is not None and seen.get("in_place") and _same(x, x2) and _same(w, w2):
         if not launcher.provisional and x.get_device() == sig[9]:
             _hot[sig] = conv_vendor(launcher) if launcher.vendor else conv_ours(launcher, x, seen["out_shape"])
     return result

@@ -43,27 +43,40 @@ def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
     return statistics.median(times)
 
 
-def _pair(torch, layer, x, bursts, sync, vendor_too: bool) -> list[dict]:
-    """(torch's layer, the optimized copy, and the optimized copy with every plan sent to the vendor)."""
+def _pair(torch, layer, x, bursts, sync) -> list[dict]:
+    """torch's layer; the optimized copy; the optimized copy as before the fast paths (every call through
+    ``runtime.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
+    sent to the vendor (torch's op behind the router)."""
     import copy
     import dataclasses
 
     import autotune.torch as at
+    from autotune import torch_calls
+    from autotune.torch_backend import AutotuneBackend
+
+    class Before(AutotuneBackend):
+        def fast(self, *args):
+            return None
 
     base = copy.deepcopy(layer)
-    opt = at.optimize(copy.deepcopy(layer))
+    rows = []
     with torch.inference_mode():
-        opt(x)  # decide, compile, race
         theirs = host_us(lambda: base(x), bursts, sync=sync)
-        ours = host_us(lambda: opt(x), bursts, sync=sync)
+        rows.append({"what": "torch", "host_us": theirs})
+        for what, backend, hot in (("optimized", None, True), ("optimized, before (no fast paths)", Before(), False)):
+            opt = at.optimize(copy.deepcopy(layer), backend=backend)
+            torch_calls.HOT = hot
+            try:
+                opt(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
+                ours = host_us(lambda opt=opt: opt(x), bursts, sync=sync)
+            finally:
+                torch_calls.HOT = True
+            routes = "/".join(sorted({p.route.value for p in opt.__dict__[at.ATTR].plans.values()}))
+            rows.append({"what": f"{what} ({routes})", "host_us": ours, "added_us": ours - theirs})
         router = opt.__dict__[at.ATTR]
-        routes = sorted({p.route.value for p in router.plans.values()})
-        rows = [{"what": "torch", "host_us": theirs}, {"what": f"optimized ({'/'.join(routes)})", "host_us": ours,
-                "added_us": ours - theirs}]  # fmt: skip
-        if vendor_too:
-            router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
-            sent = host_us(lambda: opt(x), bursts, sync=sync)
-            rows.append({"what": "optimized (vendor route)", "host_us": sent, "added_us": sent - theirs})
+        router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
+        sent = host_us(lambda: opt(x), bursts, sync=sync)
+        rows.append({"what": "optimized (vendor route)", "host_us": sent, "added_us": sent - theirs})
     return rows
 
 
@@ -83,7 +96,7 @@ def gpu_rows(bursts: int = 300) -> list[dict]:
     for name, layer, shape in cases:
         layer = layer.to(dev, f16).eval()
         x = torch.randn(shape, device=dev, dtype=f16)
-        for r in _pair(torch, layer, x, bursts, torch.cuda.synchronize, vendor_too=True):
+        for r in _pair(torch, layer, x, bursts, torch.cuda.synchronize):
             found.append({"case": name, **r})
     return found
 
@@ -147,8 +160,8 @@ def _fake_gpu() -> type:
             return NoLaunch()
 
         @staticmethod
-        def device_now():
-            return -1
+        def device_reader():
+            return lambda: -1
 
         streams = {(-1, 0): "stream"}
         stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
