@@ -35,18 +35,22 @@ def stream_key(ptr: int) -> tuple[int, int]:
     return ptr, threading.get_ident() if ptr == _PER_THREAD_STREAM else 0
 
 
-def _cupy_args() -> tuple[Any, Any]:
-    """CuPy's kernel-argument classes for a device address and a by-value scalar (CuPy's own launch makes
-    them from every argument on every call); (None, None) on a CuPy without them."""
-    try:
-        from cupy.cuda import function
-    except ImportError:
-        return None, None
-    return getattr(function, "CIntptr", None), getattr(function, "CNumpyArray", None)
+PACKED = True  # False: launch_ptrs passes plain values (benchmarks compare both)
+_PTR: Any = None  # CuPy's argument class for a device address, found on the first packing
+_VALUE: Any = None  # and for a by-value scalar
 
 
-_PTR, _VALUE = _cupy_args()
-PACKED = _PTR is not None and _VALUE is not None  # False: launch_ptrs passes plain values (benchmarks compare)
+def _cupy_args() -> bool:
+    """Whether this CuPy has the kernel-argument classes its launch makes from every argument on every call
+    (a device address, a by-value scalar); looked up once, on first use (``import autotune`` imports no CuPy)."""
+    global _PTR, _VALUE
+    if _PTR is None:
+        try:
+            from cupy.cuda import function
+        except ImportError:
+            return False
+        _PTR, _VALUE = getattr(function, "CIntptr", False), getattr(function, "CNumpyArray", False)
+    return bool(_PTR and _VALUE)
 
 
 def _by_value(x: Any) -> Any:
@@ -153,7 +157,7 @@ class Launcher:
         """The kernel arguments after the three operand pointers, converted once into CuPy's own argument
         objects (what its launch makes of them on every call otherwise); False where this launcher or this CuPy
         does not allow it (its arguments are then made per call)."""
-        if not (PACKED and self._plain_args):
+        if not (PACKED and self._plain_args and _cupy_args()):
             return False
         marks = (object(), object(), object())
         args = self._args(*marks, alpha, beta, scratch)

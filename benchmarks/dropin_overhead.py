@@ -198,12 +198,12 @@ def _parts(torch, bursts: int) -> list[dict]:
         {"case": "parts", "what": "torch.empty((1, 64))", "host_us": host_us(lambda: torch.empty((1, 64)), bursts)},
     ]
     for packed in (True, False):
-        launcher.PACKED = packed and launcher._PTR is not None
+        launcher.PACKED = packed
         ours._packed.clear()
         t = host_us(lambda: ours.launch_ptrs(1024, 2048, 4096, 1.0, 0.0, stream), bursts)
         found.append({"case": "parts", "what": f"launch_ptrs Python, {'packed' if packed else 'plain'} args",
                       "host_us": t})  # fmt: skip
-    launcher.PACKED = launcher._PTR is not None
+    launcher.PACKED = True
     return found
 
 

@@ -53,7 +53,7 @@ def test_pointers_and_stream_go_straight_to_the_launch(monkeypatch):
     assert [int(v) for v in args[3:6]] == [64, 64, 64] and [float(v) for v in args[6:8]] == [1.0, 0.5]
 
 
-@pytest.mark.skipif(not launcher.PACKED, reason="this CuPy has no CIntptr / CNumpyArray")
+@pytest.mark.skipif(not launcher._cupy_args(), reason="this CuPy has no CIntptr / CNumpyArray")
 def test_packed_arguments_are_made_once_per_alpha_and_beta():
     """Packed: CuPy's argument objects, the constants made on the first call and reused, the pointers per call."""
     fn, s = Fn(), Stream(7)
