@@ -210,7 +210,9 @@ def fast_linear(launch: Any, x: Any, n: int, fuse_bias: bool, dev: int, device_n
         if not (x.is_contiguous() and w.is_contiguous()):
             return None
         xp, wp = x.data_ptr(), w.data_ptr()
-        if (xp | wp) & 15 or device_now() != dev or (bias is not None and bias.dtype != dtype):
+        if (xp | wp) & 15 or device_now() != dev or w.get_device() != dev:
+            return None
+        if bias is not None and (bias.dtype != dtype or bias.get_device() != dev):
             return None
         if bias is not None and fuse_bias:
             out, beta = bias.expand(shape).clone(memory_format=dense), 1.0
@@ -243,7 +245,7 @@ def fast_conv(launch: Any, x: Any, module: Any, layout: str, cache: dict, dev: i
         if not w.is_contiguous(memory_format=fmt):
             w = weight_as(w, layout, cache)
         xp, wp = x.data_ptr(), w.data_ptr()
-        if (xp | wp) & 15 or device_now() != dev:
+        if (xp | wp) & 15 or device_now() != dev or w.get_device() != dev:
             return None
         out = empty(shape, dtype=dtype, device=device, memory_format=fmt)
         launch(xp, wp, out.data_ptr(), 1.0, 0.0, stream_of(dev))
