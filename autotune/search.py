@@ -185,6 +185,7 @@ def tune_shape(
     gpu_key: str = "",
     prep: Preparation = TEMPLATES,
     strategy: Strategy | None = None,
+    final: bool = True,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
@@ -193,6 +194,8 @@ def tune_shape(
     workers tune the same study at the same time (see :mod:`autotune.shared_study`); the trial budget is then the
     study's, and one worker re-times the finalists. ``gpu_key`` goes into the study's name. ``prep`` and
     ``strategy`` replace the templates and the spec's sampler (a replay of recorded measurements, autotune.replay).
+    ``final=False`` (a slice of ``autotune run workload.yaml``, which re-times once per problem at the end of the
+    run): no re-timing of the finalists; the best is the fastest verified trial as the search timed it.
     """
     import optuna
 
@@ -306,7 +309,9 @@ def tune_shape(
         return best, front, final_vendor
 
     final_by = ""
-    if state.claims is None:
+    if not final and state.claims is None:
+        best, front = min((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms, default=None), ()
+    elif state.claims is None:
         best, front, vendor = retime()
     else:  # one worker of the study re-times; the others take its verdict
         try:
