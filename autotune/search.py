@@ -233,6 +233,13 @@ def tune_shape(
             state.record(t, r, new=False)
 
     deadline = time.monotonic() + minutes * 60 if minutes else None
+    # a time budget ends the search only once a candidate is verified: until then (cold compiles, failures) it may
+    # run to four times the budget, at least a minute
+    grace = time.monotonic() + max(4 * minutes * 60, 60) if minutes else None
+
+    def budget_end() -> float | None:
+        return deadline if state.best_ms else grace
+
     stopped = ""
     proposals = _proposals(spec, state, feasible)
     inflight: deque[tuple[Any, Compiled, str | None]] = deque()
@@ -259,7 +266,7 @@ def tune_shape(
     vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
     overlap = hasattr(evaluator, "start") and hasattr(evaluator, "collect")
     while True:
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= budget_end():  # type: ignore[operator]
             stopped = f"time budget of {minutes:g} min reached"
             break
         refill()
@@ -271,7 +278,7 @@ def tune_shape(
             if state.claims and state.claims.final_claimed and not exhausted:
                 stopped = f"search ended by {state.claims.final_claimed}"
             break
-        item = _next_compiled(inflight, compiler, deadline)
+        item = _next_compiled(inflight, compiler, budget_end())
         if item is None:  # the budget ended while every candidate in flight was still compiling
             stopped = f"time budget of {minutes:g} min reached"
             break
