@@ -79,3 +79,30 @@ def test_wgmma_decode_split_k_relaunches_with_alpha_beta(settings, dtype):
     problem = GEMM.problem([5, 1000, 3000], dtype, "NT")
     errors = _launch_twice(settings, "wgmma_decode", DECODE[0], problem, alpha=0.75, beta=-1.5)
     assert all(e < tolerance_for(dtype) for e in errors), errors
+
+
+TF32X3 = [
+    dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8),
+    dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=4, ROUND=128, RASTER=1),
+    dict(BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=32, RASTER=3),
+]
+# odd extents and leading dimensions (scalar loads), K shorter than a stage, one stage, a few windows
+TF32X3_SHAPES = [(1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1000, 1000), (128, 4096, 4096), (4095, 4097, 4093)]
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize(
+    "params", TF32X3, ids=lambda p: "bn{BN}-p{PRODUCERS}-c{CONSUMERS}-s{STAGES}-r{ROUND}".format(**p)
+)
+def test_wgmma_tf32x3_meets_the_float32_tolerance(settings, layout, params):
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma_tf32x3", "float32", layout, params, TF32X3_SHAPES)
+    assert not failures, "\n".join(failures)
+
+
+def test_wgmma_tf32x3_relaunches_with_alpha_beta(settings):
+    _needs_sm90(settings)
+    for layout in ("NN", "TN"):
+        problem = GEMM.problem([300, 1001, 2999], "float32", layout)
+        errors = _launch_twice(settings, "wgmma_tf32x3", TF32X3[0], problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for("float32") for e in errors), (layout, errors)

@@ -9,6 +9,7 @@ import pytest
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels import gemm_wgmma_decode as wd
+from autotune.kernels import gemm_wgmma_tf32x3 as wt
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
 from tests.template_checks import assert_refused_twice
@@ -146,3 +147,49 @@ def test_decode_grid_and_split_k_scratch():
     assert counters == 8 * 7
     assert floats == 8 * 7 * 4 * 128 * (128 // 64 * 16 // 2)  # a partial tile per split: 128 threads x 16 floats
     assert wd.scratch(dict(DECODE, SPLIT_K=1), p) == (0, 0)
+
+
+TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+
+
+def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
+    return render("gemm", "wgmma_tf32x3", p, GEMM.problem(list(shape), "float32", layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "layout", "shape"),
+    [
+        (TF32X3, "NN", (4096, 4096, 4096)),
+        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4), "NT", (4095, 4097, 4093)),
+        (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
+    ],  # fmt: skip
+)
+def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layout, shape):
+    """Aligned and misaligned variants (16-byte loads or scalar ones) in three layouts."""
+    assert wt.check(params) is None
+    r = rendered_tf32x3(params, layout, shape)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+    assert "serialized" not in c.log
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(PRODUCERS=3), ["PRODUCERS"]),
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(PRODUCERS=2), ["three"]),
+        (dict(BN=256), ["BN"]),
+        (dict(STAGES=5), ["STAGES"]),
+        (dict(ROUND=48), ["ROUND"]),
+        (dict(RASTER=0), ["RASTER"]),
+    ],  # fmt: skip
+)
+def test_a_broken_tf32x3_configuration_is_refused_by_the_check_and_the_template(change, words):
+    p = {**TF32X3, **change}
+    reason = wt.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered_tf32x3(p)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"

@@ -26,6 +26,7 @@ from . import (
     gemm_skinny_wgmma,
     gemm_wgmma,
     gemm_wgmma_decode,
+    gemm_wgmma_tf32x3,
     gemm_wmma,
 )
 from .base import Params
@@ -41,7 +42,7 @@ MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets fro
 MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 # Every GEMM template, in the order "auto" offers them (naive is left out of "auto").
 REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma,
-            gemm_skinny_nt, gemm_wgmma, gemm_wgmma_decode)  # fmt: skip
+            gemm_skinny_nt, gemm_wgmma, gemm_wgmma_decode, gemm_wgmma_tf32x3)  # fmt: skip
 
 
 class GemmFamily(TemplateFamily):
