@@ -85,6 +85,7 @@ TF32X3 = [
     dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8),
     dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=4, ROUND=128, RASTER=1),
     dict(BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=32, RASTER=3),
+    dict(BN=64, PRODUCERS=2, CONSUMERS=2, STAGES=4, ROUND=256, RASTER=8),
 ]
 # odd extents and leading dimensions (scalar loads), K shorter than a stage, one stage, a few windows
 TF32X3_SHAPES = [(1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1000, 1000), (128, 4096, 4096), (4095, 4097, 4093)]

@@ -29,8 +29,14 @@ from autotune.space import Config  # noqa: E402
 GEMM = FAMILIES["gemm"]
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "128x4096x4096", "1000x1000x1000"]
 T = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
-CONFIGS = [T, dict(T, RASTER=16), dict(T, ROUND=512), dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
-           dict(T, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4), dict(T, BN=64, STAGES=4)]  # fmt: skip
+CONFIGS = [
+    T,
+    dict(T, BN=64, STAGES=4),
+    dict(T, BN=64, PRODUCERS=2, STAGES=4),
+    dict(T, BN=64, PRODUCERS=2, STAGES=4, RASTER=16),
+    dict(T, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4),
+    dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
+]
 
 
 def errors(settings, params, problem) -> dict:
