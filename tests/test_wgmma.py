@@ -177,7 +177,7 @@ def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layou
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        (dict(PRODUCERS=3), ["PRODUCERS"]),
+        (dict(PRODUCERS=4), ["PRODUCERS"]),
         (dict(CONSUMERS=3), ["CONSUMERS"]),
         (dict(PRODUCERS=2), ["four warpgroups", "BN = 64"]),
         (dict(BN=256), ["BN"]),

@@ -43,8 +43,8 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
 def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None."""
     p = params
-    if p["PRODUCERS"] not in (1, 2):
-        return "PRODUCERS must be 1 or 2 warpgroups"
+    if p["PRODUCERS"] not in (1, 2, 3):
+        return "PRODUCERS must be 1 to 3 warpgroups"
     if p["CONSUMERS"] not in (1, 2):
         return "CONSUMERS must be 1 or 2 warpgroups of 64 rows"
     if p["PRODUCERS"] + p["CONSUMERS"] > 3 and p["BN"] != 64:
