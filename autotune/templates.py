@@ -36,7 +36,7 @@ def _environment() -> jinja2.Environment:
 
 def template_dir(kernel: str) -> str:
     """The folder of a family's templates: its ``template_dir`` when it has one (conv2d: conv), else its name."""
-    return getattr(FAMILIES[kernel], "template_dir", kernel)
+    return FAMILIES[kernel].template_dir
 
 
 def template_path(kernel: str, template: str) -> Path:
@@ -48,7 +48,7 @@ def template_hash(kernel: str, template: str) -> str:
     """Content hash of the template file (for "auto", of every template it chooses from): provenance."""
     family = FAMILIES[kernel]
     if template == "auto":
-        names = [t for t in family.templates if t not in ("auto", "naive")]
+        names = family.auto_choices()
         return hashlib.sha256("".join(template_hash(kernel, t) for t in names).encode()).hexdigest()[:16]
     return hashlib.sha256(template_path(kernel, template).read_bytes()).hexdigest()[:16]
 
@@ -132,7 +132,7 @@ def fits_installed(kernel: str, template: str, params: dict[str, Any]) -> bool:
     if template not in family.templates:
         return False
     info = family.templates[template]
-    if set(info.params) - set(info.optional) - set(params):  # e.g. skinny_wgmma's TMA, gained 2026-11-30
+    if set(info.params) - set(info.optional) - set(params):  # a parameter the template has gained since
         return False
     try:
         return family.check(template, params) is None
