@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from .errors import AutotuneError
 from .kernels import FAMILIES
@@ -50,7 +51,19 @@ def template_hash(kernel: str, template: str) -> str:
     if template == "auto":
         names = family.auto_choices()
         return hashlib.sha256("".join(template_hash(kernel, t) for t in names).encode()).hexdigest()[:16]
-    return hashlib.sha256(template_path(kernel, template).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(_with_shared(f"{template_dir(kernel)}/{template}.cu.j2")).hexdigest()[:16]
+
+
+def _with_shared(name: str) -> bytes:
+    """A template file's bytes, followed by those of the files it includes or imports by a literal name
+    (``common/cp_async.cuh.j2``), recursively: a change to a shared PTX helper changes the hash of every template
+    that uses it. A file that names none hashes as its bytes alone; a name built while rendering (im2col_gemm's
+    GEMM template) is covered by the rendered source's hash instead."""
+    data = (template_root() / name).read_bytes()
+    for shared in jinja2.meta.find_referenced_templates(jinja2.Environment().parse(data.decode())):
+        if shared is not None:
+            data += _with_shared(shared)
+    return data
 
 
 class TemplateRenderError(AutotuneError):
