@@ -81,30 +81,37 @@ def _current_gpu(hint: str) -> Any:
 
 def cmd_ladder(args: argparse.Namespace) -> int:
     from .evaluate import Settings
-    from .ladder import measure_ladder
+    from .kernels import FAMILIES
+    from .ladder import measure_ladder, rungs
     from .report import markdown_table
     from .runtime import default_tuned_dir
     from .search import FINAL_PLAN
     from .store import entry_key, read, tuned_file
     from .verify import tolerance_for
 
+    if args.kernel not in FAMILIES:
+        raise AutotuneError(f"--kernel {args.kernel!r} is not a kernel family; expected one of {', '.join(FAMILIES)}")
     gpu = _current_gpu("the ladder measures kernels on the GPU it tunes for, so it needs one")
-    path = tuned_file(args.tuned_dir or default_tuned_dir(), gpu.key, "gemm")
-    key = entry_key(args.dtype, "NN", args.shape.replace(" ", ""))
+    path = tuned_file(args.tuned_dir or default_tuned_dir(), gpu.key, args.kernel)
+    key = entry_key(args.dtype, FAMILIES[args.kernel].layouts[0], args.shape.replace(" ", ""))
     entry = read(path)["entries"].get(key)
     if entry is None:
         raise AutotuneError(f"{path} has no entry {key}; tune that shape first (autotune run ...)")
+    try:
+        rungs(args.kernel, entry["template"], entry["params"])
+    except ValueError as exc:
+        raise AutotuneError(f"{path} {key}: {exc}") from None
     settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
                         timing=FINAL_PLAN)  # fmt: skip
-    df = measure_ladder("gemm", args.dtype, args.shape, entry, settings)
-    print(f"{gpu.name}: optimization ladder for gemm {args.dtype} {args.shape}")
+    df = measure_ladder(args.kernel, args.dtype, args.shape, entry, settings)
+    title = f"{args.kernel} {args.dtype} {args.shape}"
+    print(f"{gpu.name}: optimization ladder for {title}")
     print(df.to_string(index=False))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         stem = args.out / f"ladder_{args.dtype}_{args.shape}"
         df.to_csv(stem.with_suffix(".csv"), index=False)
-        stem.with_suffix(".md").write_text(f"# Optimization ladder, gemm {args.dtype} {args.shape} on {gpu.name}\n\n"
-                                           + markdown_table(df) + "\n")  # fmt: skip
+        stem.with_suffix(".md").write_text(f"# Optimization ladder, {title} on {gpu.name}\n\n{markdown_table(df)}\n")
     return 0
 
 

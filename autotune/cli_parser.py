@@ -120,6 +120,7 @@ def _ladder_parser(sub: Any) -> None:
     )
     ladder.add_argument("shape", metavar="MxNxK", help="a shape tuned on this GPU, e.g. 4096x4096x4096")
     ladder.add_argument("--dtype", default="float32")
+    ladder.add_argument("--kernel", default="gemm", help="the kernel family (default gemm)")
     ladder.add_argument("--tuned-dir", type=Path, help="tuned results (default: the package's tuned/)")
     ladder.add_argument("--out", type=Path, help="also write ladder_<shape>.csv and .md here")
 

@@ -227,9 +227,8 @@ def load_kernel(compiled: CompileResult, shared_bytes: int, name: str | None = N
 def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> TrialResult:
     r = c.compiled
     cand = c.candidate
-    extra_bytes = getattr(FAMILIES[cand.kernel], "extra_bytes", None)  # im2col_gemm's matrix, mma's packed operands
-    if extra_bytes is not None:
-        extra["extra_bytes"] = extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
+    # device memory besides the operands: work matrices, packed copies, partial sums (0 for most templates)
+    extra["extra_bytes"] = FAMILIES[cand.kernel].extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
     return TrialResult(
         status,
         reason,

@@ -212,3 +212,59 @@ def test_the_graph_reads_relative_absolute_and_lazy_imports(source, expected, tm
     fake.write_text(source)
     monkeypatch.setitem(MODULES, "spec", fake)
     assert _imports("spec") == expected
+
+
+# --- generic modules name no kernel family or template --------------------------------------------------------
+
+# Modules outside autotune/kernels/ that still branch on a family's or template's name, in files other helpers own:
+# module -> what the branch does and where its knowledge belongs. Remove an entry once its branch moves.
+NAMES_ALLOWED: dict[str, str] = {
+    "runtime": "runtime.py: load('gemm', M=, N=, K=) parses a GEMM shape, and the old runtime.gemm/conv2d alias",
+    "calls": "calls.py: conv2d() checks the conv2d family is registered",
+    "torch": "torch.py: nn.Conv2d vs nn.Linear routing (a module kind named like the family)",
+    "tune_workload": "tune_workload.py: NT GEMMs tune with the decode space (a family method could say so)",
+    "vendor": "vendor.py: cuBLAS vs cuDNN per family; the family's vendor() could serve on the caller's stream",
+}
+
+
+def _kernel_names() -> set[str]:
+    from autotune.kernels import FAMILIES
+
+    names = set(FAMILIES) | {f.template_dir for f in FAMILIES.values()}
+    return names | {t for f in FAMILIES.values() for t in f.templates if t != "auto"}
+
+
+def named_kernels(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each comparison with, or subscript by, a string constant that is one of ``names``
+    (``kernel == "gemm"``, ``t in ("auto", "naive")``, ``FAMILIES["conv2d"]``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Subscript):
+            operands = [node.slice]
+        else:
+            continue
+        for operand in operands:
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            found += [(node.lineno, x.value) for x in items if isinstance(x, ast.Constant) and x.value in names]
+    return found
+
+
+def test_no_generic_module_branches_on_a_kernel_family_or_template_name():
+    names = _kernel_names()
+    generic = {m: p for m, p in MODULES.items() if stage_of(m) != "kernels"}
+    hits = {m: named_kernels(p.read_text(), names) for m, p in generic.items()}
+    wrong = [
+        f"{_shown(m)}:{line} names {name!r}" for m, h in hits.items() if m not in NAMES_ALLOWED for line, name in h
+    ]
+    assert not wrong, "move what these branches know into the family or template (autotune/kernels):\n" + "\n".join(
+        wrong
+    )
+    stale = [m for m in NAMES_ALLOWED if not hits.get(m)]
+    assert not stale, f"remove from NAMES_ALLOWED, they name no kernel any more: {stale}"
+
+
+def test_the_name_check_sees_comparisons_memberships_and_subscripts():
+    source = 'if kernel == "gemm": pass\nok = t not in ("auto", "naive")\nf = FAMILIES["conv2d"]\nx = {"gemm": 1}\n'
+    assert named_kernels(source, {"gemm", "naive", "conv2d"}) == [(1, "gemm"), (2, "naive"), (3, "conv2d")]

@@ -142,6 +142,11 @@ class TemplateFamily(abc.ABC):
                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
         """The arguments every template of the family takes unless its scratch says otherwise."""
 
+    def matrix_dims(self, problem: Any) -> tuple[int, int, int]:
+        """The M, N and K an exported row carries (``autotune_tuned_config``): a matrix product's sizes; 0, 0, 0
+        for a family whose problems are not one."""
+        return 0, 0, 0
+
     def c_abi(self, template: str) -> str:
         """The exported C signature of a template's kernels: the family's shared note, then the template's."""
         return " ".join(x for x in (self.c_abi_note, self._impl[template].c_abi()) if x)
