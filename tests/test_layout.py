@@ -15,9 +15,9 @@ MAX_FUNCTION_LINES = 60
 # Over the limit today, in files other helpers are changing; the lead removes an entry after merging their work.
 # The test fails on an entry that is no longer over the limit, so the list only shrinks.
 LONG_MODULES: dict[str, str] = {
-    "runtime.py": "serving's helper (runtime.py)",
-    "torch.py": "serving's helper (torch.py)",
-    "search.py": "pg-speed edits the loop's storage and ask/repair code; tune_shape was split here",
+    "runtime.py": "another helper's file (serving): 464 lines",
+    "torch.py": "another helper's file (serving): 446 lines",
+    "search.py": "pg-speed edits the loop's ask/repair and storage code; only tune_shape was split here",
 }
 LONG_FUNCTIONS: dict[str, str] = {}
 
