@@ -148,7 +148,8 @@ DECLARED_IN_TEMPLATES = {
     "mma_m16n8k16": {"gemm/skinny_nt"},  # its element types spliced in from a C macro
     "mma_tf32": {"gemm/skinny_tc", "conv/winograd"},  # emulation guard outside / inside the function
     # skinny_wgmma.cu.j2 is the lead's (issue 23): it renders byte for byte the same importing
-    # common/cp_async.cuh.j2's cp_async16_and_4 and cp_async_group, and common/mbarrier.cuh.j2's mbarrier.
+    # common/cp_async.cuh.j2's cp_async16_and_4 for its cp_async16/cp_async4 and common/mbarrier.cuh.j2's mbarrier
+    # for its mbar_* (its commit and wait sit apart, so those two stay until a re-tune).
     "cp_async16": {"gemm/skinny_wgmma"},
     "cp_async4": {"gemm/skinny_wgmma"},
     "cp_async_commit": {"gemm/skinny_wgmma"},
