@@ -9,23 +9,16 @@ CuPy's current stream for CuPy arrays, torch's current stream for torch tensors 
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
 from .errors import AutotuneError
 from .kernels import FAMILIES
-from .runtime import ENV_ONLINE, ENV_TUNED_DIR, ENV_VENDOR, _by_call, _hot, load
+from .runtime import _by_call, _env, _hot, load
 from .streams import is_torch
 
 _GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
 _BY_CHAR = {"f": "float32", "e": "float16"}  # dtype.char -> name: the per-call path avoids dtype.name and str()
-
-
-def _env() -> tuple[str | None, str | None, str | None]:
-    """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
-    env = os.environ
-    return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
 
 
 @functools.cache

@@ -49,6 +49,12 @@ ENV_ONLINE = "AUTOTUNE_ONLINE"  # "0": no online choice; untuned problems go to 
 ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": the lookup chain's kernel, never the vendor (autotune.dispatch)
 
 
+def _env() -> tuple[str | None, str | None, str | None]:
+    """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
+    env = os.environ
+    return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
+
+
 def default_tuned_dir() -> Path:
     """``$AUTOTUNE_TUNED_DIR``, else ./tuned (where ``autotune run`` writes by default), else the package's."""
     if os.environ.get(ENV_TUNED_DIR):

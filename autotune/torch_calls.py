@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .calls import _env
+from .runtime import _env
 from .streams import stream_of_torch, torch_stream
 
 Serve = Callable[[Any, Any, Any, float, float], bool]  # (a or x, b or w, out, alpha, beta) -> served?

@@ -111,6 +111,9 @@ class GemmFamily(TemplateFamily):
             raise ValueError(f"no {dtype} template computes layout {layout}; pass row-major operands")
         return "simt", dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
 
+    def matrix_dims(self, problem: GemmProblem) -> tuple[int, int, int]:
+        return problem.M, problem.N, problem.K
+
     def plain_args_for(self, problem: GemmProblem) -> Callable[..., tuple[Any, ...]]:
         """(A, B, C, M, N, K, alpha, beta, *scratch) with M, N, K converted once."""
         import numpy as np
