@@ -53,8 +53,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         )
     if p["BN"] not in BNS:
         return "BN must be 64 or 128 (the wgmma's N: d and acc take BN floats a thread)"
-    if not 3 <= p["STAGES"] <= MAX_STAGES:
-        return f"STAGES must be 3 or {MAX_STAGES} (a stage's copies fly while the one before is split)"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
     if p["ROUND"] < BK or p["ROUND"] % BK or p["ROUND"] > MAX_ROUND:
         return f"ROUND must be a multiple of {BK} rows, at most {MAX_ROUND}"
     if p["RASTER"] < 1:
