@@ -84,7 +84,7 @@ def test_wgmma_decode_split_k_relaunches_with_alpha_beta(settings, dtype):
 TF32X3 = [
     dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8),
     dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=4, ROUND=128, RASTER=1),
-    dict(BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=32, RASTER=3),
+    dict(BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=64, RASTER=3),
     dict(BN=64, PRODUCERS=2, CONSUMERS=2, STAGES=4, ROUND=256, RASTER=8),
 ]
 # odd extents and leading dimensions (scalar loads), K shorter than a stage, one stage, a few windows

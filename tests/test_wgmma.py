@@ -183,6 +183,7 @@ def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layou
         (dict(BN=256), ["BN"]),
         (dict(STAGES=5), ["STAGES"]),
         (dict(ROUND=48), ["ROUND"]),
+        (dict(ROUND=32), ["from 64"]),
         (dict(RASTER=0), ["RASTER"]),
     ],  # fmt: skip
 )

@@ -55,8 +55,10 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "BN must be 64 or 128 (the wgmma's N: d and acc take BN floats a thread)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
-    if p["ROUND"] < BK or p["ROUND"] % BK or p["ROUND"] > MAX_ROUND:
-        return f"ROUND must be a multiple of {BK} rows, at most {MAX_ROUND}"
+    if p["ROUND"] < 2 * BK or p["ROUND"] % BK or p["ROUND"] > MAX_ROUND:
+        # ROUND = 32 (a wait_group 0 and a rounding at every stage) gave relative errors of ~1e-2 on some runs on
+        # the H200 (2026-12-02), a race not yet found; two or more stages per window verify
+        return f"ROUND must be a multiple of {BK} rows from {2 * BK} to {MAX_ROUND}"
     if p["RASTER"] < 1:
         return "RASTER must be at least 1"
     d = derived(p)
