@@ -3,11 +3,11 @@
     python3 benchmarks/triton_baseline.py [--out benchmarks/results] [--quick] [--dtype float16 bfloat16]
 
 Triton's kernel is the standard blocked matmul (grouped launch order, fp32 accumulator), autotuned by Triton over
-the 12 configurations below at the first call of each shape. Ours: the best verified of the candidate
-configurations below (wgmma where the rows are whole 16 bytes, mma otherwise), each verified against float64 on
-fresh inputs before it is timed. Every time is the median of event-timed launches with L2 flushed before each
-(autotune.bench.time_launches); Triton's and cuBLAS's outputs are checked against ours. Writes
-<out>/triton_baseline.{json,csv} with the GPU, versions and date inside.
+the 12 configurations below at the first call of each shape. Ours: the best verified of this GPU's stored winner
+(tuned/) and the candidate configurations below (wgmma where the rows are whole 16 bytes, mma otherwise), each
+verified against float64 on fresh inputs before it is timed. Every time is the median of event-timed launches with
+L2 flushed before each (autotune.bench.time_launches); Triton's and cuBLAS's outputs are checked against float64
+too. Writes <out>/triton_baseline.{json,csv} with the GPU, versions and date inside.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from autotune.device import current_gpu  # noqa: E402
 from autotune.evaluate import Candidate, Settings, evaluate  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.space import Config  # noqa: E402
+from autotune.store import read, tuned_file  # noqa: E402
 from autotune.verify import tolerance_for  # noqa: E402
 
 GEMM = FAMILIES["gemm"]
@@ -91,10 +92,13 @@ def triton_matmul():
     return mm, kernel
 
 
-def ours(problem, settings):
-    """The fastest verified of our candidates for this problem: (TrialResult, template)."""
+def ours(problem, settings, stored):
+    """The fastest verified of our candidates for this problem, the stored winner (tuned/) first: (TrialResult,
+    template)."""
     best = None
-    for template, configs in OURS.items():
+    entry = stored.get(f"{problem.dtype}/{problem.layout}/{problem.label}")
+    plan = [(entry["template"], [entry["params"]])] if entry else []
+    for template, configs in plan + list(OURS.items()):
         for params in configs:
             if GEMM.check_problem(template, params, problem) is not None:
                 continue
@@ -104,11 +108,11 @@ def ours(problem, settings):
     return best
 
 
-def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, plan: TimingPlan) -> dict:
+def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, plan: TimingPlan, stored) -> dict:
     import torch
 
     problem = GEMM.problem(shape, dtype)
-    found = ours(problem, settings)
+    found = ours(problem, settings, stored)
     tdt = torch.float16 if dtype == "float16" else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(7)
     a = torch.randn(problem.M, problem.K, device="cuda", dtype=tdt, generator=g)
@@ -152,13 +156,14 @@ def main() -> int:
     plan = TimingPlan(target_ms=40.0 if args.quick else 400.0, max_repeats=30 if args.quick else 200)
     settings = Settings(arch=gpu.arch, tolerance=1.0, max_shared_bytes=gpu.max_shared_per_block, timing=plan)
     flush = L2Flusher()
+    stored = read(tuned_file(ROOT / "tuned", gpu.key, "gemm"))["entries"]
     mm, kernel = triton_matmul()
     rows = []
     print(f"{'dtype':>8} {'shape':>16} {'ours':>9} {'cuBLAS':>9} {'Triton':>9}  TFLOP/s      x cuBLAS  x Triton  ours")
     for dtype in args.dtype:
         s = replace(settings, tolerance=tolerance_for(dtype))
         for shape in args.shapes[:1] if args.quick else args.shapes:
-            r = measure(shape, dtype, s, flush, mm, plan)
+            r = measure(shape, dtype, s, flush, mm, plan, stored)
             rows.append(r)
 
             def f(x, spec="9.1f"):
