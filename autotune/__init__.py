@@ -13,8 +13,7 @@ from .runtime import Launcher, load
 from .space import Config, Param, Space
 from .spec import Spec, load_spec, parse_spec
 from .vendor import VendorLauncher
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 
 def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used

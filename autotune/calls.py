@@ -8,23 +8,25 @@ CuPy's current stream for CuPy arrays, torch's current stream for torch tensors 
 
 from __future__ import annotations
 
-import os
+import functools
 from pathlib import Path
 from typing import Any
 
 from .errors import AutotuneError
 from .kernels import FAMILIES
-from .runtime import ENV_ONLINE, ENV_TUNED_DIR, ENV_VENDOR, _by_call, _hot, load
+from .runtime import _by_call, _env, _hot, load
 from .streams import is_torch
 
 _GEMM_DTYPES = ("float32", "float16")  # CuPy dtypes gemm() takes; bfloat16 arrives as torch tensors
 _BY_CHAR = {"f": "float32", "e": "float16"}  # dtype.char -> name: the per-call path avoids dtype.name and str()
 
 
-def _env() -> tuple[str | None, str | None, str | None]:
-    """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
-    env = os.environ
-    return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
+@functools.cache
+def _torch_path() -> Any:
+    """autotune.torch_calls, imported on the first call with a torch tensor (it imports this module)."""
+    from . import torch_calls
+
+    return torch_calls
 
 
 def _as_cupy(x: Any, name: str) -> tuple[Any, str, str]:
@@ -84,6 +86,8 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
     with tf32 inputs (faster, lower precision). Transposed views (``x.T`` of a row-major array) are read in
     place by the 16-bit and tf32 kernels; other non-contiguous operands are copied first.
     """
+    if is_torch(a) or is_torch(b):  # on torch's current stream, temporaries from torch's allocator
+        return _torch_path().gemm_torch(_gemm, a, b, out, alpha, beta, precision, tuned_dir)
     import cupy as cp
 
     # Hot path: CuPy operands and out exactly as in an earlier call (shapes, strides, dtypes) and aligned.
@@ -98,16 +102,14 @@ def gemm(a: Any, b: Any, out: Any = None, alpha: float = 1.0, beta: float = 0.0,
             return out
     else:
         sig = None
-    if is_torch(a) or is_torch(b):  # on torch's current stream, temporaries from torch's allocator
-        from .streams import gemm_torch
-
-        return gemm_torch(_gemm, a, b, out, alpha, beta, precision, tuned_dir)
     return _gemm(a, b, out, alpha, beta, precision, tuned_dir, sig)
 
 
 def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | None, tuned_dir: str | Path | None,
-          sig: tuple | None = None, torch_args: tuple[Any, Any, Any] | None = None) -> Any:  # fmt: skip
-    """gemm() past its hot path. ``torch_args``: the logical torch operands and out, for the vendor's torch path."""
+          sig: tuple | None = None, torch_args: tuple[Any, Any, Any] | None = None,
+          seen: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    """gemm() past its hot path. ``torch_args``: the logical torch operands and out, for the vendor's torch path;
+    ``seen``: filled with the launcher and whether the operands and out were read in place (no copy)."""
     import cupy as cp
 
     a_cp, kind, adt = _as_cupy(a, "a")
@@ -133,6 +135,7 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
         ):
             raise ValueError(f"out must be a C-contiguous {adt} array of shape {(m, n)}")
     transposable = dtype != "float32"  # the fp32 SIMT kernels read row-major operands only
+    given = a_cp, b_cp
     a_cp, la = _stored(a_cp, transposable)
     b_cp, lb = _stored(b_cp, transposable)
     layout = la + lb
@@ -144,17 +147,15 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if k == 0:
         _empty_sum(out_cp, beta, dtype)
     else:
-        fast = (m, n, k, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
-        launcher = _by_call.get(fast)
-        if launcher is None:
-            launcher = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
-            if not launcher.provisional:
-                _by_call[fast] = launcher
+        launcher = _gemm_launcher(m, n, k, dtype, layout, tuned_dir)
         if launcher.vendor and torch_args is not None:
             launcher.torch_gemm(*torch_args, alpha, beta)  # type: ignore[attr-defined]
         else:
             launcher(a_cp, b_cp, out_cp, alpha, beta)
         stored_as_given = (a_cp is a or la == "T") and (b_cp is b or lb == "T") and out_cp is out
+        if seen is not None:
+            in_place = (a_cp is given[0] or la == "T") and (b_cp is given[1] or lb == "T") and target is None
+            seen.update(launcher=launcher, in_place=in_place)
         if sig is not None and target is None and stored_as_given and not launcher.provisional:
             _hot[sig] = (launcher, la == "T", lb == "T")
     if target is not None:
@@ -162,6 +163,19 @@ def _gemm(a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | 
     if out is not None:
         return out
     return _like(out_cp, kind, dtype)
+
+
+def _gemm_launcher(m: int, n: int, k: int, dtype: str, layout: str, tuned_dir: str | Path | None) -> Any:
+    """``load``'s launcher for the GEMM, memoized per call signature (skips building a problem per call)."""
+    import cupy as cp
+
+    fast = (m, n, k, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
+    launcher = _by_call.get(fast)
+    if launcher is None:
+        launcher = load("gemm", M=m, N=n, K=k, dtype=dtype, layout=layout, tuned_dir=tuned_dir)
+        if not launcher.provisional:
+            _by_call[fast] = launcher
+    return launcher
 
 
 def _computed(dtype: str, precision: str | None) -> str:
@@ -215,16 +229,15 @@ def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCH
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ValueError(f"{name} must be an integer >= {low} (the same for both dimensions), got {v!r}")
     if is_torch(x) or is_torch(w):  # on torch's current stream, temporaries from torch's allocator
-        from .streams import conv_torch
-
-        return conv_torch(_conv2d, x, w, stride, padding, layout, out, tuned_dir)
+        return _torch_path().conv_torch(_conv2d, x, w, stride, padding, layout, out, tuned_dir)
     return _conv2d(x, w, stride, padding, layout, out, tuned_dir)
 
 
 def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tuned_dir: str | Path | None,
-            torch_args: tuple[Any, Any] | None = None) -> Any:  # fmt: skip
+            torch_args: tuple[Any, Any] | None = None, seen: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """conv2d() past its argument checks. ``torch_args``: x and w as torch tensors (C-contiguous, aligned), for
-    the vendor's torch path and for an output allocated by torch."""
+    the vendor's torch path and for an output allocated by torch; ``seen``: filled with the launcher, the output
+    shape and whether x, w and out were read in place (no copy)."""
     import cupy as cp
 
     x_cp, kind, xdt = _as_cupy(x, "x")
@@ -247,17 +260,13 @@ def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tu
         out_cp, _, odt = _as_cupy(out, "out")
         if out_cp.shape != out_shape or odt != xdt or not out_cp.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous {xdt} array of shape {out_shape}")
-    key = ("conv2d", n, c, h, wd, k, r, s, stride, padding, xdt, layout, tuned_dir, _env(),
-           cp.cuda.runtime.getDevice())  # fmt: skip
-    launcher = _by_call.get(key)
-    if launcher is None:
-        launcher = load("conv2d", dtype=xdt, layout=layout, tuned_dir=tuned_dir, N=n, C=c, H=h, W=wd, K=k, R=r, S=s,
-                        stride=stride, pad=padding)  # fmt: skip
-        if not launcher.provisional:
-            _by_call[key] = launcher
+    launcher = _conv_launcher((n, c, h, wd, k, r, s, stride, padding), xdt, layout, tuned_dir)
+    if seen is not None:
+        seen.update(launcher=launcher, out_shape=out_shape, in_place=True)
     if launcher.vendor and torch_args is not None:
         y = launcher.torch_conv(*torch_args)  # type: ignore[attr-defined]
         return y if out is None else out.copy_(y)
+    given = x_cp.data.ptr, w_cp.data.ptr
     x_cp, _ = _stored(x_cp.reshape(x_cp.shape[0], -1), False)
     w_cp, _ = _stored(w_cp.reshape(w_cp.shape[0], -1), False)
     if out is None and torch_args is not None:
@@ -271,8 +280,24 @@ def _conv2d(x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tu
     if out_cp.data.ptr % 16:
         target, out_cp = out_cp, out_cp.copy()
     launcher(x_cp, w_cp, out_cp)
+    if seen is not None:
+        seen["in_place"] = (x_cp.data.ptr, w_cp.data.ptr) == given and target is None
     if target is not None:
         target[...] = out_cp
     if out is not None:
         return out
     return _like(out_cp, kind, xdt)
+
+
+def _conv_launcher(dims: tuple[int, ...], dtype: str, layout: str, tuned_dir: str | Path | None) -> Any:
+    """``load``'s launcher for the convolution (N, C, H, W, K, R, S, stride, pad), memoized per call signature."""
+    import cupy as cp
+
+    key = ("conv2d", *dims, dtype, layout, tuned_dir, _env(), cp.cuda.runtime.getDevice())
+    launcher = _by_call.get(key)
+    if launcher is None:
+        sizes = dict(zip(("N", "C", "H", "W", "K", "R", "S", "stride", "pad"), dims, strict=True))
+        launcher = load("conv2d", dtype=dtype, layout=layout, tuned_dir=tuned_dir, **sizes)
+        if not launcher.provisional:
+            _by_call[key] = launcher
+    return launcher

@@ -17,55 +17,92 @@ COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --lim
 def compile_only(spec: Any, args: argparse.Namespace, current_gpu: Callable[[str], Any]) -> int:
     """Render and compile a spec's candidates for an architecture (no GPU needed with ``--arch``)."""
     from .compiler import nvrtc_version, require_nvrtc
-    from .evaluate import Candidate, Settings, render_candidate, static_check
-    from .progress import Progress
-    from .report import compile_table
-    from .space import Config
+    from .evaluate import Settings
 
     require_nvrtc()
-    arch = args.arch
-    if arch is None:
-        gpu = current_gpu("pass --arch sm_90 (or another sm_XX) to compile for an architecture without one")
-        arch, max_shared = gpu.arch, gpu.max_shared_per_block
-    elif not arch.startswith("sm_") or not arch[3:].isdigit():
-        raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
-    else:  # offline: the architecture's own limits
-        try:
-            max_shared = for_arch(arch).max_shared_per_block
-        except ValueError as exc:
-            raise AutotuneError(f"--arch: {exc}") from None
+    arch, max_shared = _target(args.arch, current_gpu)
     settings = Settings(arch=arch, tolerance=1.0, max_shared_bytes=max_shared)
-    # Kernels take the shape at run time, but the source depends on the dtype, the layout and (for some
-    # templates) the operands' alignment: every distinct source of the spec's problems is compiled once.
-    candidates, invalid, sources = [], 0, set()
-
-    def add(config: Any) -> None:
-        nonlocal invalid
-        for problem in spec.problems:
-            cand = Candidate(spec.kernel, spec.template, problem, config)
-            if static_check(cand, settings) is not None:
-                invalid += 1
-                continue
-            c = render_candidate(cand, settings)
-            if c.source_hash not in sources:
-                sources.add(c.source_hash)
-                candidates.append(c)
-
+    sources = _Sources(spec, settings)
     if args.limit:
-        # A seeded sample without rendering the whole space (the conv specs have millions of configurations):
-        # random walks through the parameters, constraints checked, until `limit` distinct valid sources.
-        rng, seen = random.Random(spec.seed), set()
-        for _ in range(max(1000, 200 * args.limit)):
-            if len(candidates) >= args.limit:
-                break
-            config = Config.of(spec.space.walk(lambda p: rng.choice(p.values)))
-            if config.key in seen or spec.space.violated(config.as_dict()):
-                continue
-            seen.add(config.key)
-            add(config)
-        rendered = candidates[: args.limit]
+        rendered = sources.sample(args.limit)
         found = f"{len(rendered)} valid sources sampled"
     else:
+        rendered = sources.every()
+        found = f"{len(rendered):,} valid sources"
+    print(
+        f"{spec.path}: {found} ({sources.invalid:,} candidates rejected before compiling); "
+        f"compiling {len(rendered):,} for {arch} with NVRTC {nvrtc_version()} on {min(args.jobs, len(rendered))} "
+        "processes",
+        file=sys.stderr,
+    )
+    results = _compile_all(rendered, arch, args.jobs)
+    _print_table(spec, rendered, results)
+    failed = sum(not r.ok for r in results)
+    spilled = sum(r.ok and r.spills > 0 for r in results)
+    print(f"{len(results) - failed} compiled, {failed} failed, {_spill_note(spilled)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _target(arch: str | None, current_gpu: Callable[[str], Any]) -> tuple[str, int]:
+    """The architecture to compile for and its shared memory per block: ``--arch``'s from the per-arch table
+    (offline), else this GPU's."""
+    if arch is None:
+        gpu = current_gpu("pass --arch sm_90 (or another sm_XX) to compile for an architecture without one")
+        return gpu.arch, gpu.max_shared_per_block
+    if not arch.startswith("sm_") or not arch[3:].isdigit():
+        raise AutotuneError(f"--arch expects a name like sm_90, got {arch!r}")
+    try:
+        return arch, for_arch(arch).max_shared_per_block
+    except ValueError as exc:
+        raise AutotuneError(f"--arch: {exc}") from None
+
+
+class _Sources:
+    """The distinct rendered sources of a spec's configurations. Kernels take the shape at run time, but the source
+    depends on the dtype, the layout and (for some templates) the operands' alignment: every distinct source of
+    the spec's problems is compiled once."""
+
+    def __init__(self, spec: Any, settings: Any) -> None:
+        self.spec, self.settings = spec, settings
+        self.candidates: list[Any] = []
+        self.invalid = 0
+        self._hashes: set[str] = set()
+
+    def add(self, config: Any) -> None:
+        from .evaluate import Candidate, render_candidate, static_check
+
+        for problem in self.spec.problems:
+            cand = Candidate(self.spec.kernel, self.spec.template, problem, config)
+            if static_check(cand, self.settings) is not None:
+                self.invalid += 1
+                continue
+            c = render_candidate(cand, self.settings)
+            if c.source_hash not in self._hashes:
+                self._hashes.add(c.source_hash)
+                self.candidates.append(c)
+
+    def sample(self, limit: int) -> list[Any]:
+        """A seeded sample without rendering the whole space (the conv specs have millions of configurations):
+        random walks through the parameters, constraints checked, until ``limit`` distinct valid sources."""
+        from .space import Config
+
+        space = self.spec.space
+        rng, seen = random.Random(self.spec.seed), set()
+        for _ in range(max(1000, 200 * limit)):
+            if len(self.candidates) >= limit:
+                break
+            config = Config.of(space.walk(lambda p: rng.choice(p.values)))
+            if config.key in seen or space.violated(config.as_dict()):
+                continue
+            seen.add(config.key)
+            self.add(config)
+        return self.candidates[:limit]
+
+    def every(self) -> list[Any]:
+        """Every configuration that passes the constraints, rendered; refused for a space too large for that."""
+        from .progress import Progress
+
+        spec = self.spec
         size = spec.space.size_before_constraints()
         if size > COMPILE_ALL_LIMIT:
             raise AutotuneError(
@@ -79,18 +116,15 @@ def compile_only(spec: Any, args: argparse.Namespace, current_gpu: Callable[[str
         )
         bar = Progress("rendering", None, None, unit="configurations")
         for n, config in enumerate(spec.space.enumerate(), 1):
-            add(config)
-            bar.update(n, f"{len(candidates):,} distinct sources")
+            self.add(config)
+            bar.update(n, f"{len(self.candidates):,} distinct sources")
         bar.close()
-        rendered = candidates
-        found = f"{len(rendered):,} valid sources"
-    print(
-        f"{spec.path}: {found} ({invalid:,} candidates rejected before compiling); "
-        f"compiling {len(rendered):,} for {arch} with NVRTC {nvrtc_version()} on {min(args.jobs, len(rendered))} "
-        "processes",
-        file=sys.stderr,
-    )
-    results = _compile_all(rendered, arch, args.jobs)
+        return self.candidates
+
+
+def _print_table(spec: Any, rendered: list[Any], results: list[Any]) -> None:
+    from .report import compile_table
+
     rows = [
         {
             "kernel": r.kernel_name,
@@ -105,10 +139,6 @@ def compile_only(spec: Any, args: argparse.Namespace, current_gpu: Callable[[str
         for c, r in zip(rendered, results, strict=True)
     ]
     print(compile_table(rows))
-    failed = sum(not r.ok for r in results)
-    spilled = sum(r.ok and r.spills > 0 for r in results)
-    print(f"{len(results) - failed} compiled, {failed} failed, {_spill_note(spilled)}", file=sys.stderr)
-    return 1 if failed else 0
 
 
 def _spill_note(kernels: int) -> str:

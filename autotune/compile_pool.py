@@ -14,14 +14,29 @@ import signal
 import time
 from collections.abc import Callable
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Protocol
 
 from .compiler import CompileResult, compile_source
-from .evaluate import Compiled
 
 log = logging.getLogger(__name__)
 
 CompileFn = Callable[[str, str, str], CompileResult]
+
+
+class Compiled(Protocol):
+    """What the pool reads of a candidate (``evaluate.Compiled``, ``templates.Rendered``): its rendered source,
+    that source's hash (the cache key) and the kernel's name."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def source_hash(self) -> str: ...
+
+    @property
+    def kernel_name(self) -> str: ...
+
+
 NICE = 5  # compiles yield the CPU to the search loop and the GPU worker, which are on the critical path
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -226,9 +227,8 @@ def load_kernel(compiled: CompileResult, shared_bytes: int, name: str | None = N
 def _result(c: Compiled, status: Status, reason: str | None, **extra: Any) -> TrialResult:
     r = c.compiled
     cand = c.candidate
-    extra_bytes = getattr(FAMILIES[cand.kernel], "extra_bytes", None)  # im2col_gemm's matrix, mma's packed operands
-    if extra_bytes is not None:
-        extra["extra_bytes"] = extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
+    # device memory besides the operands: work matrices, packed copies, partial sums (0 for most templates)
+    extra["extra_bytes"] = FAMILIES[cand.kernel].extra_bytes(cand.template, cand.config.as_dict(), cand.problem)
     return TrialResult(
         status,
         reason,
@@ -283,21 +283,8 @@ def measure(
         scratch = family.new_scratch(cand.template, cand.config.as_dict(), problem)
         args = family.kernel_args(problem, fixture.inputs, out, scratch=scratch)
         verify.poison(out)
-
-        def run() -> None:
-            fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
-
-        if launch.before:  # im2col_gemm's im2col, mma's packs: the steps first, on the same stream
-            step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch)  # type: ignore[attr-defined]
-            steps = [(load_kernel(c.compiled, s.shared_bytes, s.kernel_name), s, a)
-                     for s, a in zip(launch.before, step_args, strict=True)]  # fmt: skip
-            main = run
-
-            def run() -> None:
-                for f, s, a in steps:
-                    f(s.grid, s.block, a, shared_mem=s.shared_bytes)
-                main()
-
+        step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch) if launch.before else ()
+        run = _runner(c.compiled, launch, fn, args, step_args)
         run()
         cp.cuda.Device().synchronize()
     except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
@@ -325,6 +312,27 @@ def measure(
         shared_bytes=shared,
         **energy,
     )
+
+
+def _runner(compiled: CompileResult, launch: Any, fn: Any, args: tuple[Any, ...],
+            step_args: tuple[Any, ...]) -> Callable[[], None]:  # fmt: skip
+    """One launch of a candidate as a call: the kernels of ``launch.before`` first, when it has any (im2col_gemm's
+    im2col, mma's packs), then the main one, all on the current stream."""
+
+    def run() -> None:
+        fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+    if not launch.before:
+        return run
+    steps = [(load_kernel(compiled, s.shared_bytes, s.kernel_name), s, a)
+             for s, a in zip(launch.before, step_args, strict=True)]  # fmt: skip
+
+    def staged() -> None:
+        for f, s, a in steps:
+            f(s.grid, s.block, a, shared_mem=s.shared_bytes)
+        run()
+
+    return staged
 
 
 def measure_energy(run: Any, median_ms: float, flops: float, settings: Settings) -> dict[str, Any]:

@@ -88,8 +88,7 @@ def _export_entry(kernel: str, gpu_key: str, arch: str | None, key: str, e: dict
     target = target_arch(rendered.source, arch) if arch else None
     src.write_text(f"// autotune export: {gpu_key} {key}{note}\n" + source_file(rendered.source, src.name, target))
     scratch = family.scratch(e["template"], e["params"], problem) or (0, 0)
-    # the M, N, K of a matrix-product problem; 0 for a family without them (a convolution's N and K are others)
-    mnk = (problem.M, problem.N, problem.K) if hasattr(problem, "M") else (0, 0, 0)
+    mnk = family.matrix_dims(problem)  # 0, 0, 0 for a family whose problems are not a matrix product
     row = {
         "gpu": gpu_key, "kernel": kernel, "template": e["template"], "dtype": dtype, "layout": layout, "shape": label,
         "M": mnk[0], "N": mnk[1], "K": mnk[2],

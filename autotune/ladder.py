@@ -1,10 +1,9 @@
 """The optimization ladder of the kernel guide, measured: the tuned configuration with one technique
 switched off at a time, so users see what each level buys on their GPU.
 
-Rungs for the SIMT GEMM template: as tuned; without double buffering; without shared-memory padding;
-without vector loads; with 4x4 register fragments (the same outputs per thread, cut finer); and the naive
-kernel (no shared-memory tiling and no register tiling at all). A rung the template cannot express for the
-tuned block shape is reported as such, never silently replaced.
+The rungs are the template's (``Template.ladder``; the SIMT GEMM template has one): as tuned, then one technique
+off at a time. A rung the template cannot express for the tuned block shape is reported as such, never silently
+replaced.
 """
 
 from __future__ import annotations
@@ -24,26 +23,18 @@ class Rung:
 
 
 def rungs(kernel: str, template: str, tuned: dict[str, Any]) -> list[Rung]:
-    """The configurations to measure, derived from a tuned SIMT GEMM configuration."""
+    """The configurations to measure, from the template's ladder (``Template.ladder``) of a tuned configuration;
+    ValueError for a template without one."""
     family = FAMILIES[kernel]
-    if kernel != "gemm" or template != "simt":
-        raise ValueError("the ladder is defined for the SIMT GEMM template")
-    out = [Rung("as tuned", template, dict(tuned))]
-    switches = [
-        ("without double buffering", {"DBUF": False}),
-        ("without shared-memory padding", {"PAD": 0}),
-        ("without vector loads (VEC=1)", {"VEC": 1}),
-        # Outputs per thread stay WM*WN/32: the template cannot drop register tiling for a given warp tile,
-        # only cut it into 4x4 fragments; the naive rung below has none at all.
-        ("4x4 register fragments (TM=TN=4, WNITER=1; same outputs per thread)", {"TM": 4, "TN": 4, "WNITER": 1}),
-    ]
-    for label, change in switches:
-        params = {**tuned, **change}
-        if params == tuned:
-            out.append(Rung(label, template, params, "already off in the tuned configuration"))
-            continue
-        out.append(Rung(label, template, params, family.check(template, params)))
-    out.append(Rung("naive: no shared-memory or register tiling", "naive", {"BX": 16, "BY": 16}))
+    steps = family.template(template, tuned).ladder(tuned)
+    if not steps:
+        raise ValueError(f"no optimization ladder is defined for the {kernel} {template} template")
+    out = [Rung(*steps[0])]
+    for label, name, params in steps[1:]:
+        if name == template and params == tuned:
+            out.append(Rung(label, name, params, "already off in the tuned configuration"))
+        else:
+            out.append(Rung(label, name, params, family.check(name, params)))
     return out
 
 
@@ -62,7 +53,7 @@ def measure_ladder(kernel: str, dtype: str, shape: str, tuned: dict[str, Any], s
     rows = []
     with GPUWorker() as worker, CompilePool(settings.arch) as compiler:
         vendor = worker.vendor(kernel, problem, FINAL_PLAN)
-        for rung in rungs(kernel, "simt", tuned["params"]):
+        for rung in rungs(kernel, tuned["template"], tuned["params"]):
             row: dict[str, Any] = {"rung": rung.label, "kernel": family.kernel_name(rung.template, rung.params)}
             if rung.problem:
                 rows.append({**row, "status": "not measured", "note": rung.problem})

@@ -128,3 +128,21 @@ def from_device(device: int = 0) -> DeviceLimits:
 
     dev = cp.cuda.Device(device)
     return limits_from_attributes(f"sm_{dev.compute_capability}", dict(dev.attributes))
+
+
+def multiprocessors() -> int | None:
+    """The streaming multiprocessors of the current CUDA device, for grids of persistent blocks; None without a
+    GPU (a persistent kernel then gets a block per tile, which is also correct). Not a limit: no check uses it."""
+    try:
+        import cupy as cp
+
+        return _multiprocessors(cp.cuda.runtime.getDevice())
+    except Exception:  # no CuPy, no driver, no device: the caller plans without it
+        return None
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device(device).attributes["MultiProcessorCount"])

@@ -72,7 +72,7 @@ class RecordedWorkload:
     recorded: str | None = None  # UTC, ISO 8601
 
     def to_yaml(self) -> str:
-        from . import __version__
+        from .version import __version__
 
         doc = {
             "workload": self.name,

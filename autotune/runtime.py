@@ -23,17 +23,18 @@ import hashlib
 import logging
 import math
 import os
+import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import hooks
 from .compiler import CompileResult, compile_source, nvrtc_version
 from .errors import AutotuneError
 from .kernels import FAMILIES
+from .launcher import Launcher, StagedLauncher
 from .store import read_or_empty, tuned_file
 from .templates import fits_installed, installed_renders, render, template_hash
 
@@ -46,6 +47,12 @@ ENV_TUNED_DIR = "AUTOTUNE_TUNED_DIR"
 ENV_CACHE_DIR = "AUTOTUNE_CACHE_DIR"
 ENV_ONLINE = "AUTOTUNE_ONLINE"  # "0": no online choice; untuned problems go to the vendor (autotune.dispatch)
 ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": the lookup chain's kernel, never the vendor (autotune.dispatch)
+
+
+def _env() -> tuple[str | None, str | None, str | None]:
+    """The environment a memoized call signature depends on: tuned dir, online choice, vendor substitution."""
+    env = os.environ
+    return env.get(ENV_TUNED_DIR), env.get(ENV_ONLINE), env.get(ENV_VENDOR)
 
 
 def default_tuned_dir() -> Path:
@@ -240,117 +247,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
         log.debug("cannot write the cubin cache %s: %s", path, exc)
 
 
-# --- launching -----------------------------------------------------------------------------------------
-
-
-class Launcher:
-    """A compiled tuned kernel for one (GPU, dtype, layout, shape); call it like the function it computes."""
-
-    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str,
-                 new_scratch: Callable[[], tuple[Any, ...]] | None = None) -> None:  # fmt: skip
-        self.kernel, self.problem, self.choice = kernel, problem, choice
-        self.kernel_name = kernel_name
-        self._fn = fn
-        self._grid, self._block, self._shared = launch.grid, launch.block, launch.shared_bytes
-        # Split-K partial sums and tile counters, one set per stream: launches on one stream are ordered,
-        # launches on two streams (two threads calling gemm()) may overlap and must not share them.
-        self._new_scratch = new_scratch
-        self._scratch: dict[Any, tuple[Any, ...]] = {}
-        self._scratch_lock = threading.Lock()
-        self._family = FAMILIES[kernel]
-        self._args = self._family.args_for(choice.template, choice.params, problem)  # made once: the hot path
-        self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
-        self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
-
-    vendor = False
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self.choice.params)
-
-    @property
-    def provenance(self) -> dict[str, Any]:
-        """Where the configuration came from: the step (exact | online | vendor | nearest | same-arch |
-        default), entry key or candidate source, the stored entry's record, why, and the online measurement."""
-        return {"step": self.choice.step, "source": self.choice.source, "template": self.choice.template,
-                "entry": self.choice.entry, "why": self.serving.get("why"),
-                "measurement": self.serving.get("measurement")}  # fmt: skip
-
-    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here),
-        on CuPy's current stream; through the call observer when one is set (``set_call_observer``)."""
-        if hooks.observer is None:
-            return self._launch(a, b, out, alpha, beta)
-        return hooks.observer(self.kernel, self.problem, lambda: self._launch(a, b, out, alpha, beta))
-
-    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        scratch: tuple[Any, ...] = ()
-        if self._new_scratch is not None:
-            scratch = self._scratch.get(_stream_key()) or self._stream_scratch()
-        self._fn(self._grid, self._block, self._args(a, b, out, alpha, beta, scratch), shared_mem=self._shared)
-        return out
-
-    def _stream_scratch(self) -> tuple[Any, ...]:
-        """This stream's scratch buffers, made on its first launch. Under CUDA graph capture nothing may be
-        allocated: the capture stream takes the buffers of a stream that launched before (the warm-up's), so a
-        graph must not replay while that stream runs the same launcher."""
-        from .streams import capturing
-
-        stream = _stream_key()
-        with self._scratch_lock:
-            scratch = self._scratch.get(stream)
-            if scratch is None:
-                if self._scratch and capturing():
-                    scratch = next(iter(self._scratch.values()))
-                else:
-                    scratch = self._new_scratch()  # type: ignore[misc]
-                self._scratch[stream] = scratch
-        return scratch
-
-    def __repr__(self) -> str:
-        return f"Launcher({self.kernel_name}, {self.problem.label}, {self.choice.step} from {self.choice.source})"
-
-
-class StagedLauncher(Launcher):
-    """A launcher whose kernel needs others first (``Launch.before``, e.g. im2col_gemm's im2col step): each
-    step, then the main kernel, on the current stream. A subclass, so one-launch kernels keep their path."""
-
-    def __init__(self, kernel: str, problem: Any, choice: Choice, fn: Any, launch: Any, kernel_name: str,
-                 new_scratch: Callable[[], tuple[Any, ...]] | None,
-                 steps: tuple[tuple[Any, Any], ...]) -> None:  # fmt: skip
-        super().__init__(kernel, problem, choice, fn, launch, kernel_name, new_scratch)
-        self._steps = steps  # (function, Step) in launch order
-
-    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        scratch: tuple[Any, ...] = ()
-        if self._new_scratch is not None:
-            scratch = self._scratch.get(_stream_key()) or self._stream_scratch()
-        family, choice = self._family, self.choice
-        args = family.kernel_args(self.problem, (a, b), out, alpha, beta, scratch)
-        step_args = family.before_args(choice.template, choice.params, self.problem, (a, b), scratch)  # type: ignore[attr-defined]
-        for (fn, step), sargs in zip(self._steps, step_args, strict=True):
-            fn(step.grid, step.block, sargs, shared_mem=step.shared_bytes)
-        self._fn(self._grid, self._block, args, shared_mem=self._shared)
-        return out
-
-
 _cache = CubinCache()
 _launchers: dict[tuple, Launcher | VendorLauncher] = {}
 _by_call: dict[tuple, Launcher | VendorLauncher] = {}  # gemm()'s own memo: skips building a problem on every call
 _hot: dict[tuple, tuple[Launcher | VendorLauncher, bool, bool]] = {}  # call signature -> launcher, transposed?
 _launchers_lock = threading.Lock()
-
-
-def _stream_key() -> tuple[int, int]:
-    """The current CUDA stream: its handle, and the thread for the per-thread default stream (one handle,
-    a different stream in every thread)."""
-    import cupy as cp
-
-    ptr = cp.cuda.get_current_stream().ptr
-    return ptr, threading.get_ident() if ptr == _PER_THREAD_STREAM else 0
-
-
-_PER_THREAD_STREAM = 2  # cudaStreamPerThread
+generation = 0  # bumped by forget_launchers: caches outside (the torch drop-in's plans) compare it per call
 
 
 @functools.cache
@@ -449,10 +351,14 @@ def _build(kernel: str, problem: Any, choice: Choice, arch: str) -> Launcher:
 
 def forget_launchers() -> None:
     """Drop every memoized launcher and call signature (after ``set_online``, say): the next call decides again."""
+    global generation
     with _launchers_lock:
         _launchers.clear()
         _by_call.clear()
         _hot.clear()
+        generation += 1
+    if "autotune.torch_calls" in sys.modules:  # gemm()'s signatures of torch tensors
+        sys.modules["autotune.torch_calls"].forget()
 
 
 def __getattr__(name: str) -> Any:

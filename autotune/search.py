@@ -185,6 +185,7 @@ def tune_shape(
     gpu_key: str = "",
     prep: Preparation = TEMPLATES,
     strategy: Strategy | None = None,
+    final: bool = True,
 ) -> ShapeOutcome:
     """Tune one shape until the budget is spent or the space is exhausted; resumes a stored study.
 
@@ -193,26 +194,57 @@ def tune_shape(
     workers tune the same study at the same time (see :mod:`autotune.shared_study`); the trial budget is then the
     study's, and one worker re-times the finalists. ``gpu_key`` goes into the study's name. ``prep`` and
     ``strategy`` replace the templates and the spec's sampler (a replay of recorded measurements, autotune.replay).
+    ``final=False`` (a slice of ``autotune run workload.yaml``, which re-times once per problem at the end of the
+    run): no re-timing of the finalists; the best is the fastest verified trial as the search timed it.
     """
-    import optuna
-
-    name = prep.study_name(spec, problem, gpu_key) if gpu_key else prep.study_name(spec, problem)
-    sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
-    study = optuna.create_study(  # shared: the sampler proposes from a local copy (autotune.shared_asks)
-        study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler() if shared else sampler,
-        directions=["minimize"] * len(spec.objectives), load_if_exists=True,
-    )  # fmt: skip
+    study, name, sampler = _open_study(spec, problem, storage, gpu_key, prep, strategy, shared)
     if spec.measures_energy:
         settings = replace(settings, energy=True)
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
+    feasible, state = _resume(spec, problem, settings, study, storage, sampler if shared else None, prep)
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    loop = _Loop(spec, problem, settings, study, state, compiler, prep, strategy, prefetch, trials,
+                 _proposals(spec, state, feasible))  # fmt: skip
+    loop.refill()  # the first compiles run while the vendor library is timed
+    vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
+    stopped = _search(loop, evaluator, deadline, minutes, abort_ratio, progress, vendor)
+    _free_unevaluated(study, state, loop.inflight)
+    best, front, vendor, final_by = _final(spec, problem, settings, state, evaluator, compiler, prep, vendor, final)
+    return ShapeOutcome(
+        problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
+        state.evaluated, state.new, dict(state.statuses), stopped, front, state.repaired, final_by,
+    )  # fmt: skip
+
+
+def _open_study(spec: Spec, problem: Any, storage: Any, gpu_key: str, prep: Preparation,
+                strategy: Strategy | None, shared: bool = False) -> tuple[Any, str, Any]:  # fmt: skip
+    """The shape's study (created, or loaded to resume), its name and the sampler. A ``shared`` study's sampler
+    proposes from a local copy of it (autotune.shared_asks); the shared study itself gets a random sampler that
+    is never asked for a parameter."""
+    import optuna
+
+    name = prep.study_name(spec, problem, gpu_key) if gpu_key else prep.study_name(spec, problem)
+    sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler() if shared else sampler,
+        directions=["minimize"] * len(spec.objectives), load_if_exists=True,
+    )  # fmt: skip
+    return study, name, sampler
+
+
+def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: Any, shared_sampler: Any,
+            prep: Preparation) -> tuple[list[Config], _State]:  # fmt: skip
+    """The feasible configurations, and the loop's state with the study's finished trials in it (orphans of a
+    shared study handed back for retrying). ``shared_sampler``: the study is shared, and this sampler proposes
+    from its local copy."""
     orphans = failed_orphans(study, storage)
     feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
-    if shared:
+    if shared_sampler is not None:
         from .shared_study import Claims, retry
 
-        state.claims = Claims(study, storage, sampler, spec.objectives)
+        state.claims = Claims(study, storage, shared_sampler, spec.objectives)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -228,76 +260,110 @@ def tune_shape(
         r = result_from_trial(t, Config.of(t.params))
         if r.config.key not in state.seen:
             state.record(t, r, new=False)
+    return feasible, state
 
-    deadline = time.monotonic() + minutes * 60 if minutes else None
-    stopped = ""
-    proposals = _proposals(spec, state, feasible)
-    inflight: deque[tuple[Any, Compiled, str | None]] = deque()
-    exhausted = False
 
-    def refill(running: str | None = None) -> None:
+@dataclass
+class _Loop:
+    """What the search loop asks candidates with, and the candidates asked for and compiling (``inflight``)."""
+
+    spec: Spec
+    problem: Any
+    settings: Settings
+    study: Any
+    state: _State
+    compiler: CompilePool
+    prep: Preparation
+    strategy: Strategy | None
+    prefetch: int
+    trials: int | None
+    proposals: Any
+    inflight: deque[tuple[Any, Compiled, str | None]] = field(default_factory=deque)
+    exhausted: bool = False
+
+    def refill(self, running: str | None = None) -> None:
         """Ask for candidates until ``prefetch`` are in flight; ``running`` is the one on the GPU now."""
-        nonlocal exhausted
-        while not exhausted and len(inflight) < prefetch:
+        state, inflight, trials = self.state, self.inflight, self.trials
+        while not self.exhausted and len(inflight) < self.prefetch:
             elsewhere = state.claims.others(state) if state.claims else 0  # held by other workers of the study
             if trials is not None and state.evaluated + len(inflight) + (running is not None) + elsewhere >= trials:
                 return
             if state.claims and state.claims.final_claimed:  # another worker has ended the shape's search
                 return
             keys = {c.candidate.config.key for _, c, _ in inflight} | ({running} if running else set())
-            item = _ask_one(spec, study, problem, settings, state, proposals, keys, prep, strategy)
+            item = _ask_one(self.spec, self.study, self.problem, self.settings, state, self.proposals, keys,
+                            self.prep, self.strategy)  # fmt: skip
             if item is None:
-                exhausted = True
+                self.exhausted = True
                 return
             trial, c = item
-            inflight.append((trial, c, compiler.submit(c) if c.status is None else None))
+            inflight.append((trial, c, self.compiler.submit(c) if c.status is None else None))
 
-    refill()  # the first compiles run while the vendor library is timed
-    vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
+
+def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: float | None,
+            abort_ratio: float | None, progress: Callable[[int, str], None], vendor: Any) -> str:  # fmt: skip
+    """Evaluate candidates until the budget ends or the space is exhausted; why it stopped."""
+    state, inflight, compiler, trials = loop.state, loop.inflight, loop.compiler, loop.trials
+    settings, spec = loop.settings, loop.spec
     overlap = hasattr(evaluator, "start") and hasattr(evaluator, "collect")
+    # a time budget ends the search only once a candidate is verified: until then (cold compiles, failures) it may
+    # run to four times the budget, at least a minute
+    grace = time.monotonic() + max(4 * minutes * 60, 60) if minutes else None
+
+    def budget_end() -> float | None:
+        return deadline if state.best_ms else grace
+
     while True:
-        if deadline is not None and time.monotonic() >= deadline:
-            stopped = f"time budget of {minutes:g} min reached"
-            break
-        refill()
+        if deadline is not None and time.monotonic() >= budget_end():  # type: ignore[operator]
+            return f"time budget of {minutes:g} min reached"
+        loop.refill()
         if not inflight:
             if state.claims and state.claims.busy(state, can_ask=trials is None or state.evaluated < trials):
-                exhausted = False  # other workers still hold configurations, which come back here if they die
+                loop.exhausted = False  # other workers still hold configurations, which come back here if they die
                 continue
-            stopped = "search space exhausted" if exhausted else f"trial budget of {trials} reached"
-            if state.claims and state.claims.final_claimed and not exhausted:
+            stopped = "search space exhausted" if loop.exhausted else f"trial budget of {trials} reached"
+            if state.claims and state.claims.final_claimed and not loop.exhausted:
                 stopped = f"search ended by {state.claims.final_claimed}"
-            break
-        item = _next_compiled(inflight, compiler, deadline)
+            return stopped
+        item = _next_compiled(inflight, compiler, budget_end())
         if item is None:  # the budget ended while every candidate in flight was still compiling
-            stopped = f"time budget of {minutes:g} min reached"
-            break
+            return f"time budget of {minutes:g} min reached"
         trial, c, handle = item
-        compiled = prep.finish(c, compiler.result(handle), settings) if handle is not None else c
+        compiled = loop.prep.finish(c, compiler.result(handle), settings) if handle is not None else c
         if state.claims and not state.claims.asks.kept(trial):  # another worker has it: not evaluated here
             continue
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
             evaluator.start(compiled, run_settings)  # type: ignore[attr-defined]
-            refill(running=compiled.candidate.config.key)
+            loop.refill(running=compiled.candidate.config.key)
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
-        if state.claims:  # stored in the background; the sampler learns it at once
+        if state.claims:  # the shared trial (attributes and state only) and the sampler's local copy
             state.claims.asks.tell(trial, r, spec.objectives)
         else:
-            _tell(study, trial, r, objectives=spec.objectives)
+            _tell(loop.study, trial, r, objectives=spec.objectives)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
+
+
+def _free_unevaluated(study: Any, state: _State, inflight: deque[tuple[Any, Compiled, str | None]]) -> None:
+    """Trials asked for but not run before the budget ended: failed as "unevaluated", free for a later run."""
     from optuna.trial import TrialState
 
-    for trial, _, _ in inflight:  # asked but not run before the budget ended: free for a later run
+    for trial, _, _ in inflight:
         if state.claims:
             state.claims.asks.abandon(trial)
             continue
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
+
+
+def _final(spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+           prep: Preparation, vendor: Any, final: bool = True) -> tuple[Any, Any, Any, str]:  # fmt: skip
+    """The re-timed winner, the Pareto front, the vendor's time and the worker that re-timed them ("": this
+    one, in a study of its own); with ``final`` False and no shared claims, the fastest verified trial as timed."""
 
     def retime() -> tuple[TrialResult | None, tuple[TrialResult, ...], tuple[str, Timing] | None]:
         best = _final_best(spec, problem, settings, state, evaluator, compiler, prep)
@@ -309,18 +375,14 @@ def tune_shape(
             final_vendor = evaluator.vendor(spec.kernel, problem, FINAL_PLAN)  # same long plan as the winner
         return best, front, final_vendor
 
-    final_by = ""
+    if not final and state.claims is None:  # a workload slice: the fastest verified trial as the search timed it
+        return min((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms, default=None), (), vendor, ""
     if state.claims is None:
-        best, front, vendor = retime()
-    else:  # one worker of the study re-times; the others take its verdict
-        try:
-            best, front, vendor, final_by = state.claims.final(state, retime, vendor)
-        finally:
-            state.claims.close()
-    return ShapeOutcome(
-        problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
-        state.evaluated, state.new, dict(state.statuses), stopped, front, state.repaired, final_by,
-    )  # fmt: skip
+        return (*retime(), "")
+    try:  # one worker of the study re-times; the others take its verdict
+        return state.claims.final(state, retime, vendor)
+    finally:
+        state.claims.close()
 
 
 def _next_compiled(

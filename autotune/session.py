@@ -49,6 +49,58 @@ class ProblemResult:
         return v.median_ms if v is not None else None
 
 
+class SessionCache:
+    """What a session measures or enumerates once per (spec, problem), not once per slice: the feasible
+    configurations (``search.feasible_configs``) and the vendor library's timing per timing plan. The vendor
+    library and the space do not change within a session; trials, which do, live in the study."""
+
+    def __init__(self) -> None:
+        self._feasible: dict[tuple, tuple[Any, list[Any]]] = {}
+        self._vendor: dict[tuple, Any] = {}
+        self.counts = {"feasible": 0, "vendor": 0}  # enumerations and vendor timings actually made
+
+    def preparation(self, base: Any = None) -> Any:
+        """``base`` (the templates' Preparation by default) with the feasible list enumerated once."""
+        from .search import TEMPLATES
+
+        base = base or TEMPLATES
+        enumerate_ = base.feasible
+
+        def feasible(spec: Any, problem: Any, settings: Any) -> list[Any]:
+            key = (id(spec), problem, settings.arch, settings.max_shared_bytes, settings.registers_per_block)
+            got = self._feasible.get(key)
+            if got is None:  # the spec is kept beside its list, so its id is not reused while cached
+                self.counts["feasible"] += 1
+                got = self._feasible[key] = (spec, enumerate_(spec, problem, settings))
+            return list(got[1])
+
+        return replace(base, feasible=feasible)
+
+    def evaluator(self, worker: Any) -> Any:
+        """``worker`` with its ``vendor(kernel, problem, plan)`` timings remembered."""
+        return _VendorOnce(worker, self)
+
+    def vendor(self, worker: Any, kernel: str, problem: Any, plan: Any) -> Any:
+        key = (kernel, problem, plan)
+        if key not in self._vendor:
+            self.counts["vendor"] += 1
+            self._vendor[key] = worker.vendor(kernel, problem, plan)
+        return self._vendor[key]
+
+
+class _VendorOnce:
+    """An evaluator whose vendor timings come from a ``SessionCache``; everything else is the worker's."""
+
+    def __init__(self, worker: Any, cache: SessionCache) -> None:
+        self._worker, self._cache = worker, cache
+
+    def vendor(self, kernel: str, problem: Any, plan: Any) -> Any:
+        return self._cache.vendor(self._worker, kernel, problem, plan)
+
+    def __getattr__(self, name: str) -> Any:  # measure, start, collect: the worker's own
+        return getattr(self._worker, name)
+
+
 class TuningSession:
     """Open with ``with TuningSession(options) as s:``; then ``s.tune(spec, problem, trials, minutes)``."""
 
@@ -62,6 +114,7 @@ class TuningSession:
         self._nvrtc = nvrtc_version
         self._storages: dict[str, Any] = {}
         self._stack: Any = None
+        self.cache = SessionCache()
 
     def __enter__(self) -> TuningSession:
         import contextlib
@@ -127,18 +180,26 @@ class TuningSession:
             self._storages[url] = open_storage(url)
         return self._storages[url]
 
-    def tune(self, spec: Any, problem: Any, trials: int | None, minutes: float | None, progress: Any) -> ProblemResult:
-        """Tune one problem of ``spec`` (resuming its study) and merge a verified winner into tuned/."""
+    def tune(self, spec: Any, problem: Any, trials: int | None, minutes: float | None, progress: Any,
+             final: bool = True) -> ProblemResult:  # fmt: skip
+        """Tune one problem of ``spec`` (resuming its study) and merge a verified winner into tuned/.
+
+        ``final=False``: a slice of a longer run; the finalists are not re-timed and nothing is stored (every
+        trial is in the study); the run calls ``tune(spec, problem, 0, None, progress)`` once at its end, which
+        runs no new trial, re-times the finalists and stores the winner."""
         from .search import tune_shape
 
         settings = self.settings(spec, problem.dtype)
         if settings.energy:
             check_energy(spec)
         outcome = tune_shape(
-            spec, problem, settings, self.storage(spec), trials=trials, minutes=minutes, evaluator=self.worker,
-            compiler=self.compiler, prefetch=max(4, 2 * self.options.jobs), abort_ratio=self.options.abort_ratio,
-            progress=progress, shared=self.options.shared, gpu_key=self.gpu.key if self.options.storage else "",
+            spec, problem, settings, self.storage(spec), trials=trials, minutes=minutes,
+            evaluator=self.cache.evaluator(self.worker), compiler=self.compiler, prefetch=max(4, 2 * self.options.jobs),
+            abort_ratio=self.options.abort_ratio, progress=progress, shared=self.options.shared,
+            gpu_key=self.gpu.key if self.options.storage else "", prep=self.cache.preparation(), final=final,
         )  # fmt: skip
+        if not final and not self.options.shared:  # a shared study re-times in tune_shape, by one worker
+            return ProblemResult(outcome, "not yet (re-timed and stored at the end of the run)")
         if outcome.final_by:  # another worker re-timed the finalists and stores the winner
             return ProblemResult(outcome, f"by {outcome.final_by}")
         if outcome.best is None:

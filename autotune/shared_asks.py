@@ -27,11 +27,22 @@ from .space import Config
 
 log = logging.getLogger(__name__)
 
+FINAL_MARK = "final_retiming"  # the user attribute of the final re-timing's claim (autotune.shared_study)
+
 
 def _owner() -> str:
-    from .study_storage import _owner as owner
+    """This process, as a trial's owner (as autotune.study_storage writes it)."""
+    import os
+    import socket
 
-    return owner()
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _config_key(t: Any) -> str | None:
+    """The configuration a trial holds, or None for a bookkeeping trial (the final re-timing's claim)."""
+    if FINAL_MARK in t.user_attrs or not t.params:
+        return None
+    return Config.of(t.params).key
 
 
 class Pending:
@@ -203,8 +214,6 @@ class Asks:
 
     def _claim(self, pendings: list[Pending]) -> None:
         """Claim the just-created trials of ``pendings`` after one read of the study."""
-        from .shared_study import _config_key
-
         claims = self.claims
         running = claims.sync() if pendings else []
         for p in pendings:

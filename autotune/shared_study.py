@@ -30,31 +30,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from .bench import Timing
+from .shared_asks import FINAL_MARK, Asks, _config_key
 from .space import Config
+from .study_database import MAX_RETRIES, retry  # noqa: F401 - retry re-exported: the search hands orphans to it
 
 log = logging.getLogger(__name__)
 
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 2.0  # how often a worker looks for stale or orphaned trials of other workers
-MAX_RETRIES = 3  # a configuration whose worker died this often is not enqueued again
-FINAL_MARK = "final_retiming"
 WAIT_FOR_OTHERS_S = 140.0  # how long a worker out of candidates waits for the others' (a dead one's: grace + retry)
-
-
-def retry(study: Any, trial: Any) -> None:
-    """Enqueue the configuration of a failed trial of a dead worker again, up to MAX_RETRIES times.
-
-    Like Optuna's ``RetryHeartbeatStaleTrialCallback``, but the copy carries none of the dead worker's attributes
-    (its owner, its claim), so nothing mistakes the copy for the dead trial.
-    """
-    if _config_key(trial) is None:
-        return
-    retries = trial.user_attrs.get("retries", 0)
-    if retries >= MAX_RETRIES:
-        log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
-        return
-    params = dict(trial.params)
-    study.enqueue_trial(params, user_attrs={"retry_of": trial.number, "retries": retries + 1, "config": params})
 
 
 def _heartbeat_storage(storage: Any) -> Any | None:
@@ -64,13 +48,6 @@ def _heartbeat_storage(storage: Any) -> Any | None:
     if isinstance(storage, RDBStorage) and storage.get_heartbeat_interval():
         return storage
     return None
-
-
-def _config_key(t: Any) -> str | None:
-    """The configuration a trial holds, or None for a bookkeeping trial (the final re-timing's claim)."""
-    if FINAL_MARK in t.user_attrs or not t.params:
-        return None
-    return Config.of(t.params).key
 
 
 def _kept(t: Any) -> bool:
@@ -85,7 +62,7 @@ def _complete(trials: list[Any]) -> int:
 def _result(t: Any, config: Config | None = None) -> Any | None:
     """The search's result of a finished trial of another worker; None if it holds none (a duplicate, a yield,
     an interrupted or unevaluated trial)."""
-    from .search import result_from_trial
+    from .trial_record import result_from_trial
 
     status = t.user_attrs.get("status")
     if status in (None, "interrupted", "unevaluated") or "duplicate_of" in t.user_attrs:
@@ -99,8 +76,6 @@ class Claims:
     def __init__(self, study: Any, storage: Any, sampler: Any, objectives: tuple[str, ...]) -> None:
         import threading
         from collections import deque
-
-        from .shared_asks import Asks
 
         self.study, self.storage = study, storage  # the storage the study was opened on (public API only)
         self.study_id = storage.get_study_id_from_name(study.study_name)
@@ -181,7 +156,7 @@ class Claims:
         their configurations again; at most every MAINTAIN_S seconds."""
         import optuna
 
-        from .search import failed_orphans
+        from .study_storage import failed_orphans
 
         now = time.monotonic()
         if now - self._last_maintained < MAINTAIN_S:
@@ -348,7 +323,7 @@ class Claims:
 
     def _publish(self, marker: Any, best: Any, vendor: Any) -> None:
         """Leave the final verdict in the claim's attributes for the other workers."""
-        from .search import result_attrs
+        from .trial_record import result_attrs
 
         marker.set_user_attr("final_vendor", [vendor[0], asdict(vendor[1])] if vendor else None)
         if best is not None:

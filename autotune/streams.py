@@ -1,9 +1,11 @@
 """Launch on the caller's stream: CuPy's current stream for CuPy arrays, torch's for torch tensors.
 
-A call with torch tensors runs inside ``torch_stream()``: CuPy's current stream becomes torch's current
-stream (a CuPy view of the same handle, made once per handle), so the kernels order with the caller's
-torch work and are recorded by ``torch.cuda.graph`` capture. Torch is imported only when a torch tensor
-arrives (or is already imported, for the capture check).
+The first call of a signature with torch tensors runs inside ``torch_stream()``: CuPy's current stream
+becomes torch's current stream (a CuPy view of the same handle, made once per handle), so the kernels order
+with the caller's torch work and are recorded by ``torch.cuda.graph`` capture. Later calls (``autotune.torch``'s
+fast serve, ``gemm()``'s hot path) pass ``stream_of_torch(device)`` to the launch instead, read per call: no
+stream context is entered. Torch is imported only when a torch tensor arrives (or is already imported, for
+the capture check).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _external: dict[tuple[int, int], Any] = {}  # (device, stream handle) -> CuPy stream on that handle
@@ -41,6 +43,31 @@ def torch_stream() -> Any:
     return cupy_stream(s.cuda_stream, s.device.index)
 
 
+def _raw_reader() -> Callable[[int], int]:
+    """torch's C accessor of the current stream's handle (CUDA builds have it), else the public path."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+_raw: Callable[[int], int] | None = None
+
+
+def stream_of_torch(device: int) -> Any:
+    """CuPy's stream object for torch's current stream on ``device``, to pass as a launch's ``stream=``.
+
+    Read on every call, never cached per device: a ``torch.cuda.stream(...)`` context or a graph capture
+    changes the current stream between two calls with nothing to tell us. The handle costs one C call; its
+    CuPy object is made once per handle."""
+    global _raw
+    if _raw is None:
+        _raw = _raw_reader()
+    ptr = _raw(device)
+    stream = _external.get((device, ptr))
+    return stream if stream is not None else cupy_stream(ptr, device)
+
+
 @contextlib.contextmanager
 def torch_on_cupy_stream() -> Iterator[None]:
     """Run torch work on CuPy's current stream (a no-op when torch's current stream is that stream already)."""
@@ -67,58 +94,3 @@ def capturing() -> bool:
         return getattr(exc, "status", None) in range(900, 909)
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-
-
-def torch_operand(t: Any, transposable: bool) -> Any:
-    """A torch operand the kernels read in place: row-major, or (``transposable``) a transposed row-major view,
-    16-byte aligned; otherwise a torch copy (torch's allocator, so a copy made under graph capture stays valid
-    for every replay)."""
-    t = t.detach()
-    aligned = t.data_ptr() % 16 == 0
-    if aligned and t.is_contiguous():
-        return t
-    if aligned and transposable and t.dim() == 2 and t.t().is_contiguous():
-        return t
-    return t.contiguous() if aligned or not t.is_contiguous() else t.clone()
-
-
-def gemm_torch(core: Any, a: Any, b: Any, out: Any, alpha: float, beta: float, precision: str | None,
-               tuned_dir: Any) -> Any:  # fmt: skip
-    """gemm() with torch tensors: operands prepared by torch (copies only where the kernels cannot read them
-    in place), ``out`` allocated by torch, everything on torch's current stream. ``core`` is runtime._gemm."""
-    import torch
-
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2):
-        with torch_stream():
-            return core(a, b, out, alpha, beta, precision, tuned_dir)  # its checks say what is wrong
-    transposable = not (a.dtype == torch.float32 and precision is None)  # fp32 SIMT kernels read row-major only
-    a, b = torch_operand(a, transposable), torch_operand(b, transposable)
-    target = None
-    if out is None and beta == 0 and a.shape[1] == b.shape[0] and a.dtype == b.dtype:
-        out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    elif isinstance(out, torch.Tensor) and (out.data_ptr() % 16 or not out.is_contiguous()):
-        target, out = out, out.clone(memory_format=torch.contiguous_format)
-    with torch_stream():
-        result = core(a, b, out, alpha, beta, precision, tuned_dir, None, (a, b, out))
-    if target is not None:
-        return target.copy_(result)
-    return result
-
-
-def conv_torch(core: Any, x: Any, w: Any, stride: int, padding: int, layout: str, out: Any, tuned_dir: Any) -> Any:
-    """conv2d() with torch tensors: x and w made C-contiguous and aligned by torch where needed, ``out``
-    allocated by torch, everything on torch's current stream. ``core`` is runtime._conv2d."""
-    import torch
-
-    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)):
-        with torch_stream():
-            return core(x, w, stride, padding, layout, out, tuned_dir)
-    x, w = torch_operand(x, False), torch_operand(w, False)
-    target = None
-    if isinstance(out, torch.Tensor) and (out.data_ptr() % 16 or not out.is_contiguous()):
-        target, out = out, torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    with torch_stream():
-        result = core(x, w, stride, padding, layout, out, tuned_dir, (x, w))
-    if target is not None:
-        return target.copy_(result)
-    return result

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from .errors import AutotuneError
 from .kernels import FAMILIES
@@ -36,7 +37,7 @@ def _environment() -> jinja2.Environment:
 
 def template_dir(kernel: str) -> str:
     """The folder of a family's templates: its ``template_dir`` when it has one (conv2d: conv), else its name."""
-    return getattr(FAMILIES[kernel], "template_dir", kernel)
+    return FAMILIES[kernel].template_dir
 
 
 def template_path(kernel: str, template: str) -> Path:
@@ -48,9 +49,21 @@ def template_hash(kernel: str, template: str) -> str:
     """Content hash of the template file (for "auto", of every template it chooses from): provenance."""
     family = FAMILIES[kernel]
     if template == "auto":
-        names = [t for t in family.templates if t not in ("auto", "naive")]
+        names = family.auto_choices()
         return hashlib.sha256("".join(template_hash(kernel, t) for t in names).encode()).hexdigest()[:16]
-    return hashlib.sha256(template_path(kernel, template).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(_with_shared(f"{template_dir(kernel)}/{template}.cu.j2")).hexdigest()[:16]
+
+
+def _with_shared(name: str) -> bytes:
+    """A template file's bytes, followed by those of the files it includes or imports by a literal name
+    (``common/cp_async.cuh.j2``), recursively: a change to a shared PTX helper changes the hash of every template
+    that uses it. A file that names none hashes as its bytes alone; a name built while rendering (im2col_gemm's
+    GEMM template) is covered by the rendered source's hash instead."""
+    data = (template_root() / name).read_bytes()
+    for shared in jinja2.meta.find_referenced_templates(jinja2.Environment().parse(data.decode())):
+        if shared is not None:
+            data += _with_shared(shared)
+    return data
 
 
 class TemplateRenderError(AutotuneError):
@@ -132,7 +145,7 @@ def fits_installed(kernel: str, template: str, params: dict[str, Any]) -> bool:
     if template not in family.templates:
         return False
     info = family.templates[template]
-    if set(info.params) - set(info.optional) - set(params):  # e.g. skinny_wgmma's TMA, gained 2026-11-30
+    if set(info.params) - set(info.optional) - set(params):  # a parameter the template has gained since
         return False
     try:
         return family.check(template, params) is None

@@ -15,10 +15,8 @@ Every other call runs torch's op, counted under a :class:`Fallback` reason. Torc
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,10 +24,11 @@ from enum import StrEnum
 from typing import Any
 
 from . import dispatch, recording, runtime
+from .torch_backend import AutotuneBackend, _torch, step_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AutotuneBackend", "Fallback", "LayerReport", "Report", "optimize", "report", "restore"]
+__all__ = ["AutotuneBackend", "Fallback", "LayerReport", "Report", "optimize", "report", "restore", "step_of"]
 
 ATTR = "_autotune_router"  # the router object a routed module carries
 LINEAR_DTYPES = ("float32", "float16", "bfloat16")
@@ -83,6 +82,7 @@ class Plan:
     kernel: str = ""
     problem: Any = None
     detail: str = ""
+    sizes: dict[str, int] = field(default_factory=dict, compare=False)  # runtime.load's keywords
 
 
 def plan_call(kind: str, module: Any, shape: tuple[int, ...], dtypes: tuple[str, str], layout: str | None,
@@ -122,7 +122,7 @@ def _ask(backend: Any, kernel: str, shape: Any, sizes: dict[str, int], dtype: st
         return Plan(Route.TORCH, Fallback.RUNTIME, kernel, None, f"{type(exc).__name__}: {exc}")
     route = Route.VENDOR if step.startswith(Route.VENDOR) else Route.AUTOTUNE
     log.debug("autotune.torch: %s %s served by %s (%s)", kernel, problem.label, route.value, step)
-    return Plan(route, None, kernel, problem, step)
+    return Plan(route, None, kernel, problem, step, sizes)
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,9 @@ class Router:
         self.calls, self.fallbacks = Counter[str](), Counter[str]()
         self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
         self.params: dict[str, Any] = getattr(module, "_parameters", {})  # read directly: Module.__getattr__ is slow
+        self.fast: dict[tuple, tuple[int, Any]] = {}  # key of an AUTOTUNE plan -> (runtime.generation, fast serve)
+        self.fast_calls = 0  # calls served by a fast serve (counted apart: the steady state skips the Counter)
+        self.built: dict[tuple, int] = {}  # key -> runtime.generation its fast serve was asked for
 
     def param(self, name: str) -> Any:
         params = self.params
@@ -183,6 +186,15 @@ class Router:
             return self._fallback(reason or Fallback.DEVICE, x)
         layout = backend.layout_of(x) if self.kind == "conv2d" else None
         key = (x.shape, x.dtype, w.dtype, x.device, layout)
+        fast = self.fast.get(key)
+        if fast is not None and fast[0] == runtime.generation:  # the steady state: served by our kernel
+            try:
+                out = fast[1](x, w, self.param("bias"))
+            except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
+                return self._fallback(self._failed(self.plans[key], key, exc), x)
+            if out is not None:
+                self.fast_calls += 1
+                return out
         plan = self.plans.get(key)
         if plan is None:
             plan = self._decide(key, x, layout)
@@ -219,6 +231,8 @@ class Router:
             if plan.route is _AUTOTUNE:
                 plan = self._race(plan, key, x)
         self.plans[key] = plan
+        if plan.route is not _AUTOTUNE:  # the race may have built a fast serve of ours: torch's op won
+            self.fast.pop(key, None)
         return plan
 
     def _race(self, plan: Plan, key: tuple, x: Any) -> Plan:
@@ -235,12 +249,33 @@ class Router:
         ours_ms, torch_ms = timed
         detail = f"{plan.detail}; raced on this input: ours {ours_ms * 1e3:.1f} us, torch {torch_ms * 1e3:.1f} us"
         route = _AUTOTUNE if ours_ms < torch_ms else _VENDOR
-        return Plan(route, None, plan.kernel, plan.problem, detail)
+        return Plan(route, None, plan.kernel, plan.problem, detail, plan.sizes)
+
+    def _fast(self, plan: Plan, key: tuple, x: Any) -> Any:
+        """The backend's fast serve of this input signature (asked for once per launcher generation), or None."""
+        generation = runtime.generation
+        got = self.fast.get(key)
+        if got is not None and got[0] == generation:
+            return got[1]
+        if self.built.get(key) == generation:
+            return None  # asked already: the backend has none for it
+        self.built[key] = generation
+        self.fast.pop(key, None)
+        build = getattr(self.backend, "fast", None)
+        serve = build(self.kind, self.module, plan, x, self.weight_cache, self.fuse_bias) if build else None
+        if serve is not None:
+            self.fast[key] = (generation, serve)
+        return serve
 
     def _serve(self, plan: Plan, key: tuple, x: Any) -> Any:
-        """Our kernel's output, or the reason this call cannot be served (a failing kernel's plan becomes one)."""
+        """Our kernel's output, or the reason this call cannot be served (a failing kernel's plan becomes one):
+        the fast serve where it takes the call, else the runtime's gemm or conv2d on torch tensors."""
         m, backend = self.module, self.backend
         try:
+            fast = self._fast(plan, key, x)
+            out = fast(x, self.param("weight"), self.param("bias")) if fast is not None else None
+            if out is not None:
+                return out
             if self.kind == "linear":
                 rows = backend.rows(x, m.in_features)
                 if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
@@ -250,158 +285,26 @@ class Router:
             w, b = self.param("weight"), self.param("bias")
             return backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over
-            if backend.capturing():  # the failure broke the capture: torch's op cannot be captured instead
-                raise
-            log.warning("autotune.torch: %s %s failed, torch serves it from now on: %s", plan.kernel,
-                        plan.problem.label, exc)  # fmt: skip
-            self.plans[key] = Plan(Route.TORCH, Fallback.RUNTIME, plan.kernel, plan.problem, str(exc))
-            return Fallback.RUNTIME
+            return self._failed(plan, key, exc)
+
+    def _failed(self, plan: Plan, key: tuple, exc: Exception) -> Fallback:
+        """Our kernel failed on this signature: torch serves it from now on (re-raised under capture: the
+        failure broke the capture, and torch's op cannot be captured in its place)."""
+        if self.backend.capturing():
+            raise exc
+        log.warning("autotune.torch: %s %s failed, torch serves it from now on: %s", plan.kernel,
+                    plan.problem.label, exc)  # fmt: skip
+        self.plans[key] = Plan(Route.TORCH, Fallback.RUNTIME, plan.kernel, plan.problem, str(exc))
+        self.fast.pop(key, None)
+        return Fallback.RUNTIME
 
     def layer_report(self, name: str) -> LayerReport:
         plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
                        str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
         calls, fallbacks = ({str(k): n for k, n in c.items()} for c in (self.calls, self.fallbacks))
+        if self.fast_calls:
+            calls[_AUTOTUNE.value] = calls.get(_AUTOTUNE.value, 0) + self.fast_calls
         return LayerReport(name, self.kind, calls, fallbacks, plans)
-
-
-def step_of(launcher: Any) -> str:
-    """A launcher's lookup step; it starts with "vendor" when the vendor library serves (a vendor launcher
-    picked by another step, e.g. the online choice, reads "vendor (online)")."""
-    step = str(launcher.provenance.get("step", ""))
-    return f"vendor ({step})" if getattr(launcher, "vendor", False) is True and step != Route.VENDOR else step
-
-
-@functools.cache
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
-class AutotuneBackend:
-    """Serves routed calls with autotune's runtime on torch tensors; tests substitute one with the same
-    methods to exercise the routing without a GPU."""
-
-    def __init__(self) -> None:
-        self.grad_enabled = _torch().is_grad_enabled  # bound once: called on every routed call
-        self._gemm, self._conv = runtime.gemm, runtime.conv2d  # resolved once (autotune.calls, where it exists)
-
-    @staticmethod
-    def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:
-        """The runtime's lookup step for ``problem`` (see :func:`step_of`)."""
-        import cupy
-
-        with cupy.cuda.Device(device.index):
-            return step_of(runtime.load(kernel, dtype=problem.dtype, layout=problem.layout, **sizes))
-
-    @staticmethod
-    def grad_enabled() -> bool:
-        return _torch().is_grad_enabled()
-
-    @staticmethod
-    def on_device(x: Any) -> bool:
-        return x.is_cuda
-
-    @staticmethod
-    def on_current_device(x: Any) -> bool:
-        return x.is_cuda and x.device.index == _torch().cuda.current_device()
-
-    @staticmethod
-    def race(
-        ours: Callable[[], Any], theirs: Callable[[], Any], x: Any, repeats: int = 9
-    ) -> tuple[float, float] | None:  # noqa: E501
-        """Median GPU ms of each callable on torch's current stream, interleaved, the GPU kept busy before each
-        start event (host launch costs are not timed); None for a CPU input or if either fails."""
-        torch = _torch()
-        if not getattr(x, "is_cuda", False):
-            return None
-        try:
-            for fn in (ours, theirs, ours, theirs):  # warm-up: plans, cuDNN's algorithm choice, caches
-                fn()
-            times: tuple[list[float], list[float]] = ([], [])
-            for _ in range(repeats):
-                for fn, into in ((ours, times[0]), (theirs, times[1])):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda._sleep(200_000)  # ~0.1 ms of GPU work while the host enqueues the call
-                    start.record()
-                    fn()
-                    end.record()
-                    into.append((start, end))
-            end.synchronize()
-        except Exception as exc:  # noqa: BLE001 - racing is an optimisation: on any failure keep the plan
-            log.debug("autotune.torch: race failed: %s", exc)
-            return None
-        ours_ms, torch_ms = (statistics.median(s.elapsed_time(e) for s, e in pairs) for pairs in times)
-        return ours_ms, torch_ms
-
-    @staticmethod
-    def capturing() -> bool:
-        cuda = _torch().cuda
-        return cuda.is_available() and cuda.is_current_stream_capturing()
-
-    @staticmethod
-    def layout_of(x: Any) -> str | None:
-        """The layout a 4-D input is dense in: "NCHW", "NHWC" (channels-last) or None."""
-        if x.dim() != 4:
-            return None
-        if x.is_contiguous():
-            return "NCHW"
-        return "NHWC" if x.is_contiguous(memory_format=_torch().channels_last) else None
-
-    @staticmethod
-    def rows(x: Any, k: int) -> Any:
-        """``x`` as [M, k] rows without a copy, or None when it is not contiguous."""
-        return x.view(-1, k) if x.is_contiguous() else None
-
-    def linear(self, rows: Any, weight: Any, bias: Any, fuse_bias: bool) -> Any:
-        """``rows @ weight.t() + bias`` with the GEMM of layout NT: W read in place through ``.t()``."""
-        out = _torch().empty((rows.shape[0], weight.shape[0]), dtype=rows.dtype, device=rows.device)
-        if bias is None:
-            self.gemm(rows, weight.t(), out, 1.0, 0.0)
-        elif fuse_bias:  # the epilogue adds beta * out: pre-filled with the bias, it rounds once
-            out.copy_(bias.expand(out.shape))
-            self.gemm(rows, weight.t(), out, 1.0, 1.0)
-        else:
-            self.gemm(rows, weight.t(), out, 1.0, 0.0)
-            out.add_(bias)
-        return out
-
-    def conv2d(self, x: Any, weight: Any, bias: Any, stride: int, pad: int, layout: str, cache: dict) -> Any:
-        """torch's ``conv2d(x, weight, bias, stride, pad)`` with autotune's kernel; NHWC data stays NHWC."""
-        import torch
-
-        n, _, h, w = x.shape
-        k, _, r, s = weight.shape
-        p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
-        wk = self.weight_as(weight, layout, cache)
-        if layout == "NCHW":
-            out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device)
-            self.conv(x, wk, stride, pad, layout, out)
-        else:
-            out = torch.empty((n, k, p, q), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-            self.conv(x.permute(0, 2, 3, 1), wk, stride, pad, layout, out.permute(0, 2, 3, 1))
-        if bias is not None:
-            out.add_(bias.view(1, k, 1, 1))
-        return out
-
-    @staticmethod
-    def weight_as(weight: Any, layout: str, cache: dict) -> Any:
-        """The filter dense in ``layout``: a view when it is, else a copy made once per storage and version."""
-        if layout == "NCHW" and weight.is_contiguous():
-            return weight
-        if layout == "NHWC" and weight.is_contiguous(memory_format=_torch().channels_last):
-            return weight.permute(0, 2, 3, 1)
-        key = (layout, weight.data_ptr(), weight._version)
-        if (got := cache.get(key)) is None:
-            cache.clear()
-            got = cache[key] = weight.contiguous() if layout == "NCHW" else weight.permute(0, 2, 3, 1).contiguous()
-        return got
-
-    def gemm(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
-        self._gemm(a, b, out, alpha, beta)
-
-    def conv(self, x: Any, w: Any, stride: int, pad: int, layout: str, out: Any) -> None:
-        self._conv(x, w, stride, pad, layout, out)
 
 
 def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
@@ -443,4 +346,5 @@ def report(model: Any, *, reset: bool = False) -> Report:
         if reset:
             router.calls.clear()
             router.fallbacks.clear()
+            router.fast_calls = 0
     return Report(tuple(layers), dict(model.__dict__.get("_autotune_skipped", {})))

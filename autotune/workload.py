@@ -201,14 +201,17 @@ def schedule(
     slice_minutes: float | None = None,
     optimism: float = 0.5,
     on_slice: Callable[[TaskState, int], None] | None = None,
+    into: dict[Task, TaskState] | None = None,
 ) -> list[TaskState]:
     """Spend ``minutes`` of tuning over ``tasks`` in slices; ``tune(task, minutes)`` runs one (resumable) slice.
 
-    Returns every task's state in the order given. Tasks that never got a slice keep ``slices == 0``: the runtime
-    serves the vendor (or its online choice) for them."""
+    Returns every task's state in the order given (kept in ``into`` when given, updated as each slice ends, so
+    the caller keeps them through an interrupted schedule). Tasks that never got a slice keep ``slices == 0``:
+    the runtime serves the vendor (or its online choice) for them."""
     if minutes <= 0:
         raise ValueError("minutes must be positive")
-    states = [TaskState(t) for t in tasks]
+    into = into if into is not None else {}
+    states = [into.setdefault(t, TaskState(t)) for t in tasks]
     if not states:
         return states
     size = slice_minutes or max(0.25, minutes / (3 * len(states)))

@@ -81,7 +81,34 @@ def rows(calls: int) -> list[dict]:
         ("Launcher.__call__ inside torch_stream()", per_call(ours_on_torch_stream, calls)),
         ("autotune.gemm (torch tensors)", per_call(lambda: autotune.gemm(ta, tb, out=tout), calls)),
     ]
+    found += _pointer_rows(torch, ours, ta, tb, tout, calls)
     return [{"what": w, **r} for w, r in found]
+
+
+def _pointer_rows(torch, ours, ta, tb, tout, calls: int) -> list[tuple[str, dict]]:
+    """The drop-in's launch: data pointers on torch's current stream, read per call (packed arguments, then
+    CuPy converting every argument per call), and what reading the stream costs."""
+    from autotune import launcher
+    from autotune.streams import stream_of_torch
+
+    dev = ta.get_device()
+
+    def by_pointers():
+        ours.launch_ptrs(ta.data_ptr(), tb.data_ptr(), tout.data_ptr(), 1.0, 0.0, stream_of_torch(dev))
+
+    found = [("Launcher.launch_ptrs on torch's stream (packed args)", per_call(by_pointers, calls))]
+    packed, launcher.PACKED = launcher.PACKED, False
+    ours._packed.clear()
+    try:
+        found.append(("Launcher.launch_ptrs on torch's stream (args per call)", per_call(by_pointers, calls)))
+    finally:
+        launcher.PACKED = packed
+        ours._packed.clear()
+    found += [
+        ("streams.stream_of_torch (per call)", per_call(lambda: stream_of_torch(dev), calls)),
+        ("torch.cuda.current_stream().cuda_stream", per_call(lambda: torch.cuda.current_stream().cuda_stream, calls)),
+    ]
+    return found
 
 
 def main() -> int:

@@ -63,6 +63,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               quick=("--quick",), needs=("cupy", "torch", "torchvision"), outputs="models*"),
     Benchmark("storage_throughput", "storage_throughput.py", "configurations per minute with PostgreSQL storage "
               "against the journal default", quick=("--quick",), needs=("cupy", "optuna", "sqlalchemy")),
+    Benchmark("triton_baseline", "triton_baseline.py", "the tensor-core GEMM against cuBLAS and an autotuned Triton "
+              "tl.dot matmul, one process", quick=("--quick",), needs=("cupy", "torch", "triton")),
     Benchmark("replay_vs_kernel_tuner", "replay_vs_kernel_tuner.py", "search strategies replayed on recorded spaces "
               "against Kernel Tuner's simulation mode", quick=("--quick",), needs=("optuna", "kernel_tuner"),
               gpu=False, outputs="replay*"),

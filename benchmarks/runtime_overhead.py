@@ -8,7 +8,10 @@
 2. Per-call overhead on a tiny problem: host time per call of ``autotune.gemm(a, b, out=c)`` against a
    bare ``cupy.RawKernel`` launch of the same kernel source with pre-built arguments. Calls are timed in
    bursts of 100 (then synchronized, untimed) so the launch queue never fills and host time is measured.
-Goals (issue: runtime): first call with a warm disk cache <= 50 ms; overhead <= 10 us per call.
+3. The torch drop-in (``benchmarks/dropin_overhead.py``): host time per call of ``autotune.torch.optimize(layer)``
+   minus torch's own layer, eager, on host-bound problems (served by our kernels: AUTOTUNE_VENDOR=0 here).
+Goals (issue: runtime): first call with a warm disk cache <= 50 ms; overhead <= 10 us per call; (issue 25) the
+drop-in adds at most about 5 us of host time per call.
 """
 
 from __future__ import annotations
@@ -71,6 +74,17 @@ def per_call_us(fn, bursts: int = 300, burst: int = 100) -> float:
     return statistics.median(times)
 
 
+def _dropin_rows() -> list[dict]:
+    """The drop-in's host time per call and what it adds over torch's own layer (goal: about 5 us at most)."""
+    try:
+        from dropin_overhead import gpu_rows  # beside this script; needs torch
+    except ImportError:
+        print("torch is not importable: the drop-in's added host time is not measured")
+        return []
+    return [{"measure": f"drop-in host per call, {r['what']}", "shape": r["case"], "value": r["host_us"], "unit": "us",
+             "added_us": r.get("added_us")} for r in gpu_rows()]  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -124,6 +138,7 @@ def main() -> int:
     for r in host_rows(20000):  # host time of each serving path, the drop-in's per-call cost
         rows.append({"measure": f"host per call, {r['what']}", "shape": "16x64x64 fp16", "value": r["host_us"],
                      "unit": "us", "gpu_us": r["gpu_us"]})  # fmt: skip
+    rows += _dropin_rows()
     meta = {"gpu": gpu.name, "gpu_key": gpu.key, "versions": {"cupy": cp.__version__, "cuda_runtime": gpu.runtime,
             "cuda_driver": gpu.driver, "nvrtc": nvrtc_version()},
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}  # fmt: skip
@@ -140,6 +155,8 @@ def main() -> int:
             extra = (
                 f"  ({r['lookup']}, rel. error {r['rel_error']:.1e}; import autotune {r['import_autotune_ms']:.0f} ms)"
             )
+        if r.get("added_us") is not None:
+            extra = f"  (added over torch: {r['added_us']:+.2f} us)"
         print(f"{r['measure']:<40} {r['shape']:>15} {r['value']:9.2f} {r['unit']}{extra}")
     return 0
 

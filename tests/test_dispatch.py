@@ -400,7 +400,8 @@ def render_hash(template, params, problem):
 
 def test_torch_operands_are_copied_only_where_the_kernels_cannot_read_them_in_place():
     torch = pytest.importorskip("torch")
-    from autotune.streams import is_torch, torch_operand
+    from autotune.streams import is_torch
+    from autotune.torch_calls import torch_operand
 
     w = torch.randn(64, 32)
     assert torch_operand(w, False) is not None and torch_operand(w, False).data_ptr() == w.data_ptr()

@@ -151,3 +151,27 @@ def test_record_writes_the_models_workload(torch, serving, tmp_path):
     assert all(p["ms_per_call"] and p["ms_per_call"] > 0 for p in problems)
     assert sum(p["time_share"] for p in problems) == pytest.approx(1.0, abs=1e-4)
     assert problems[-1]["shape"] == "2x10x96"
+
+
+def test_the_steady_state_follows_the_callers_stream(torch, serving):
+    """Decided and warmed up on the default stream, then called on a side stream whose copy into the input
+    waits behind ~10 ms of GPU work: the call must be ordered after the copy, on that stream, not the one of the
+    earlier calls (the fast serve reads torch's current stream on every call)."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(512, 256, bias=False).to("cuda", torch.float16).eval()
+    opt = at.optimize(copy.deepcopy(layer))
+    src = torch.randn(16, 512, device="cuda", dtype=torch.float16)
+    x = torch.zeros_like(src)
+    with torch.inference_mode():
+        for _ in range(3):
+            opt(src)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)
+            x.copy_(src)
+            y = opt(x)
+        side.synchronize()
+        want = layer(src).double()
+    assert rel(torch, y, want) < TOLERANCE["float16"]

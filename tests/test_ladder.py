@@ -40,3 +40,17 @@ def test_the_smallest_register_tile_rung_and_other_templates():
     assert fragment.problem == "already off in the tuned configuration"
     with pytest.raises(ValueError):
         rungs("gemm", "naive", {"BX": 16, "BY": 16})
+
+
+def test_the_ladder_is_the_templates_own_and_most_templates_have_none():
+    simt = FAMILIES["gemm"].template("simt")
+    assert simt.ladder(TUNED)[0] == ("as tuned", "simt", TUNED)
+    assert [t.name for t in FAMILIES["gemm"].implementations() if t.ladder(TUNED)] == ["simt"]
+
+
+def test_the_ladder_command_names_an_unknown_family_in_one_sentence(capsys):
+    from autotune.cli import main
+
+    assert main(["ladder", "64x64x64", "--kernel", "gemmm"]) == 2
+    err = capsys.readouterr().err
+    assert "'gemmm' is not a kernel family" in err and "gemm, conv2d" in err and "Traceback" not in err

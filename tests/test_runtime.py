@@ -180,7 +180,7 @@ def test_split_k_scratch_is_not_shared_between_streams(monkeypatch):
     choice = runtime.Choice("wmma", params, "exact", "test")
     launcher = runtime.Launcher("gemm", problem, choice, fn, Launch((64, 1, 4), (256, 1, 1), 0), "k", new_scratch)
     stream, capture = ["first"], [False]
-    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    monkeypatch.setattr("autotune.launcher._stream_key", lambda: stream[0])
     monkeypatch.setattr("autotune.streams.capturing", lambda: capture[0])
     launcher(None, None, None)
     launcher(None, None, None)
@@ -203,7 +203,7 @@ def test_templates_without_scratch_launch_without_it(monkeypatch):
 
     choice = runtime.Choice("simt", SMALL, "exact", "test")
     launcher = runtime.Launcher("gemm", problem("64x64x64"), choice, fn, Launch((1, 1, 1), (128, 1, 1), 0), "k")
-    monkeypatch.setattr(runtime, "_stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
+    monkeypatch.setattr("autotune.launcher._stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
     launcher("a", "b", "c")
     assert len(launched[0]) == 8 and launched[0][:3] == ("a", "b", "c")
 
@@ -294,7 +294,7 @@ def test_a_packed_gemm_runs_its_pack_steps_then_the_gemm_on_the_copies(monkeypat
     choice = runtime.Choice("mma", MMA, "exact", "test")
     launcher = runtime.StagedLauncher("gemm", p, choice, Fn("gemm"), launch, "k", new_scratch, steps)
     stream = ["s1"]
-    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    monkeypatch.setattr("autotune.launcher._stream_key", lambda: stream[0])
     launcher("a", "b", "c", 2.0, 0.5)
     stream[0] = "s2"
     launcher("a", "b", "c")
@@ -353,7 +353,7 @@ def test_a_tma_kernel_gets_the_maps_of_each_calls_operands(monkeypatch):
     choice = runtime.Choice("skinny_wgmma", params, "exact", "test")
     launcher = runtime.Launcher("gemm", prob, choice, lambda g, b, args, shared_mem: launched.append(args),
                                 Launch((1, 32, 4), (256, 1, 1), 0), "k", lambda: scratch)  # fmt: skip
-    monkeypatch.setattr(runtime, "_stream_key", lambda: "s")
+    monkeypatch.setattr("autotune.launcher._stream_key", lambda: "s")
     for ptr in (16, 32):
         a, b = SimpleNamespace(data=SimpleNamespace(ptr=ptr + 1)), SimpleNamespace(data=SimpleNamespace(ptr=ptr))
         launcher(a, b, "c")

@@ -165,6 +165,25 @@ def test_time_budget_stops_the_search(spec_file, tmp_path):
     assert 1 <= out.evaluated < len(feasible(spec))
 
 
+def _cold_compile(source: str, kernel_name: str, arch: str):
+    time.sleep(0.4)  # a first compile (NVRTC's cold start) longer than the whole time budget below
+    return fake_compile(source, kernel_name, arch)
+
+
+def test_a_time_budget_shorter_than_the_first_compile_still_measures_one_candidate(spec_file, tmp_path):
+    """The budget ends the search only once a candidate is verified (within four times the budget, at least a
+    minute): a shape tuned for 0.1 s whose compiles take 0.4 s ends with a measured best, not with none."""
+    spec = load_spec(spec_file("random"))
+    t0 = time.monotonic()
+    out = tune_shape(
+        spec, spec.problems[0], SETTINGS, open_storage(str(tmp_path / "s.journal")), trials=None, minutes=0.1 / 60,
+        evaluator=FakeEvaluator(), compiler=CompilePool("sm_90", 1, _cold_compile), prefetch=1,
+    )  # fmt: skip
+    assert out.stopped.startswith("time budget")
+    assert out.best is not None and out.best.ok and out.evaluated >= 1
+    assert time.monotonic() - t0 < 30
+
+
 def test_killed_run_loses_no_completed_trial(spec_file, tmp_path):
     spec_path = spec_file("random")
     storage_path = tmp_path / "s.journal"

@@ -305,11 +305,69 @@ def test_report_adds_up_layers():
 # --- with real torch on the CPU (where torch is installed) --------------------------------------------------------
 
 
-class CPUBackend(AutotuneBackend):
-    """The real backend's tensor code, with torch's matmul and conv on the CPU standing in for the kernels."""
+def on_cpu(ptr, shape, dtype):
+    """The CPU tensor at address ``ptr`` (what a kernel given ``data_ptr()`` reads and writes)."""
+    import ctypes
 
-    def __init__(self):
+    import torch
+
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_byte * size).from_address(ptr), dtype=dtype).view(shape)
+
+
+class PointerLauncher:
+    """A launcher of ours as the fast serve sees it: ``launch_ptrs`` on raw addresses, computed by torch on the
+    CPU from the memory at those addresses (the problem says the shapes and layout)."""
+
+    vendor, provisional = False, False
+
+    def __init__(self, problem, served):
+        self.problem, self.served, self.streams, self.fail = problem, served, [], False
+
+    def launch_ptrs(self, a, b, out, alpha, beta, stream):
+        import torch
+
+        if self.fail:
+            raise RuntimeError("launch failed")
+        p, dt = self.problem, getattr(torch, self.problem.dtype)
+        self.streams.append(stream)
+        if hasattr(p, "M"):  # nn.Linear's GEMM: A [M, K], B stored [N, K] (layout NT), C [M, N]
+            assert p.layout == "NT"
+            c = on_cpu(out, (p.M, p.N), dt)
+            c.copy_(alpha * on_cpu(a, (p.M, p.K), dt) @ on_cpu(b, (p.N, p.K), dt).t() + beta * c)
+            self.served.append("linear")
+            return
+        nhwc = p.layout == "NHWC"
+        xs, ws, ys = (((p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.C), (p.N, p.P, p.Q, p.K)) if nhwc
+                      else ((p.N, p.C, p.H, p.W), (p.K, p.C, p.R, p.S), (p.N, p.K, p.P, p.Q)))  # fmt: skip
+        x, w, y = on_cpu(a, xs, dt), on_cpu(b, ws, dt), on_cpu(out, ys, dt)
+        if nhwc:
+            x, w, y = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), y.permute(0, 3, 1, 2)
+        y.copy_(torch.nn.functional.conv2d(x, w, None, p.stride, p.pad))
+        self.served.append(p.layout)
+
+
+class CPUBackend(AutotuneBackend):
+    """The real backend's tensor code, with torch's matmul and conv on the CPU standing in for the kernels:
+    the fast serve launches a ``PointerLauncher``; ``pointers=False`` leaves only the general path."""
+
+    def __init__(self, pointers=True):
         self.served: list[str] = []
+        self.pointers, self.launchers = pointers, []
+
+    def launcher(self, plan, device):
+        if not self.pointers:
+            return FakeLauncher("exact", vendor=True)
+        self.launchers.append(PointerLauncher(plan.problem, self.served))
+        return self.launchers[-1]
+
+    @staticmethod
+    def device_reader():
+        return lambda: -1  # the CPU tensors' get_device()
+
+    @staticmethod
+    def stream_of(device):
+        return ("torch's current stream on", device)
 
     @staticmethod
     def step(kernel, problem, sizes, device):
@@ -500,3 +558,90 @@ def test_the_first_call_of_a_shape_races_our_kernel_against_torchs_op(torch, our
     layer = at.report(model).layers[0]
     assert layer.plans[0][1] == route and "raced on this input" in layer.plans[0][2]
     assert layer.calls.get(route, 0) == 3
+
+
+# --- the fast serve: the steady state of a routed call -------------------------------------------------------------
+
+
+def test_the_steady_state_launches_on_data_pointers_with_the_stream_read_per_call(torch):
+    """After the first call, a call is: the signature looked up, the output allocated, the launch on the operands'
+    data pointers (W in place, as [out, in]) on the stream of this call; the general path is not taken."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8).eval()
+    backend = CPUBackend()
+    streams = iter(range(100))
+    backend.stream_of = lambda device: ("stream", next(streams))
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        for _ in range(3):
+            torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+    (launcher,) = backend.launchers
+    assert launcher.streams == [("stream", 0), ("stream", 1), ("stream", 2)]  # never cached across calls
+    assert backend.served == ["linear"] * 3 and at.report(model).layers[0].calls == {"autotune": 3}
+
+
+def test_calls_the_fast_serve_cannot_take_go_the_general_path(torch):
+    """An input off a 16-byte boundary: the runtime's general path (which copies it) serves that call."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8, bias=False).eval()
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    base = torch.randn(3 * 16 + 1)
+    x = base[1:].view(3, 16)  # 4 bytes past an aligned start
+    assert x.data_ptr() % 16 and x.is_contiguous()
+    with torch.no_grad():
+        model(torch.randn(3, 16))
+        torch.testing.assert_close(model(x), x @ layer.weight.t(), rtol=1e-5, atol=1e-5)
+    assert backend.served == ["linear", "linear"] and len(backend.launchers) == 1  # the second by backend.linear
+
+
+def test_forgetting_the_launchers_rebuilds_the_fast_serve(torch):
+    import autotune.torch as at
+    from autotune import runtime
+
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        model(x)
+        model(x)
+        runtime.forget_launchers()  # after set_online(...), say: the runtime decides again
+        model(x)
+    assert len(backend.launchers) == 2
+
+
+def test_a_race_won_by_torch_leaves_no_fast_serve_behind(torch):
+    import autotune.torch as at
+
+    class TorchWins(CPUBackend):
+        def race(self, ours, theirs, x):
+            ours(), theirs()
+            return 2.0, 1.0
+
+    backend = TorchWins()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, 16))
+    assert at.report(model).layers[0].calls == {"vendor": 3} and backend.served == ["linear"]  # the race's only
+
+
+def test_a_fast_serve_that_fails_hands_the_problem_to_torch(torch, caplog):
+    import autotune.torch as at
+
+    backend = CPUBackend()
+    model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        model(x)
+        backend.launchers[0].fail = True
+        want = torch.nn.functional.linear(x, model.weight, model.bias)
+        torch.testing.assert_close(model(x), want)
+        model(x)
+    rep = at.report(model).layers[0]
+    assert rep.fallbacks == {Fallback.RUNTIME.value: 2} and rep.calls == {"autotune": 1, "torch": 2}
+    assert "launch failed" in caplog.text

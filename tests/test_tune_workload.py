@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.tune_workload import format_table, plan, run_workload
+from autotune.tune_workload import FINAL_MINUTES, format_table, plan, run_workload
 from autotune.workload import parse_workload
 
 CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1}
@@ -33,7 +33,9 @@ def test_plan_picks_a_space_per_problem_and_warm_starts_from_stored_winners():
     assert p.specs[fp16].template == "auto" and p.specs[fp16].problems[0].label == "512x4096x4096"
     assert p.specs[fp16].start_from == ()  # a winner that is not a configuration of the space is not a start
     assert p.specs[fp16].objectives == ("time",)
-    assert p.specs[fp32].template == "skinny_nt"  # nn.Linear's layout: the decode space, W read in place
+    decode = p.specs[fp32]  # nn.Linear's layout: the decode space, W read in place
+    templates = [v for param in decode.space.params if param.name == "TEMPLATE" for v in param.values]
+    assert "skinny_nt" in templates and decode.problems[0].layout == "NT"
     assert "no default space" in p.skipped[tf32]  # nothing to tune it with: the vendor serves it
 
 
@@ -57,18 +59,24 @@ def test_named_space_that_does_not_exist_skips_with_its_reason():
 
 @dataclass
 class FakeSession:
+    """``times``: label -> (best ms of a slice, vendor ms); the final re-timing finds ``final`` (default: the
+    same). ``calls``: (label, trials, final) per tune()."""
+
     times: dict
+    final: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
 
     def tuned_path(self, kernel):
         from pathlib import Path
 
         return Path("/nonexistent/tuned.json")
 
-    def tune(self, spec, problem, trials, minutes, progress):
+    def tune(self, spec, problem, trials, minutes, progress, final=True):
         progress(1, "")
-        best, vendor = self.times[problem.label]
+        self.calls.append((problem.label, trials, final))
+        best, vendor = (self.final if final else {}).get(problem.label) or self.times[problem.label]
         outcome = SimpleNamespace(stopped="time budget reached")
-        return SimpleNamespace(outcome=outcome, best_ms=best, vendor_ms=vendor)
+        return SimpleNamespace(outcome=outcome, best_ms=best, vendor_ms=vendor, stored="yes" if final else "not yet")
 
 
 def test_run_workload_spends_the_budget_and_prints_the_model_gain(capsys):
@@ -77,13 +85,44 @@ def test_run_workload_spends_the_budget_and_prints_the_model_gain(capsys):
         {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "2048x4096x4096", "time_share": 0.2},
     )
     session = FakeSession({"512x4096x4096": (0.1, 0.2), "2048x4096x4096": (0.5, 0.4)})
-    assert run_workload(w, minutes=2.0, session=session, slice_minutes=0.5) == 0
+    minutes, size = 2.0 + 2 * FINAL_MINUTES, 0.5  # four slices, and each problem's final re-timing
+    assert run_workload(w, minutes=minutes, session=session, slice_minutes=size) == 0
     out = capsys.readouterr()
     lines = out.out.strip().splitlines()
     assert lines[0].split()[0] == "problem" and "model (2 of 2 problems measured)" in lines[-1]
     # model: vendor 2*0.2 + 0.4 = 0.8 ms; served 2*0.1 + 0.4 = 0.6 ms
     assert lines[-1].split()[-1] == f"{0.8 / 0.6:.4g}"
-    assert "slice 4" in out.err
+    assert "slice 4" in out.err and "slice 5" not in out.err
+    slices = [c for c in session.calls if not c[2]]
+    assert len(slices) == 4 and all(trials is None for _, trials, _ in slices)
+    # each problem re-timed once, at the end, with no new trial
+    assert session.calls[4:] == [("512x4096x4096", 0, True), ("2048x4096x4096", 0, True)]
+
+
+def test_the_final_table_shows_the_re_timed_numbers(capsys):
+    w = _workload({"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "512x4096x4096", "time_share": 1})
+    session = FakeSession({"512x4096x4096": (0.1, 0.2)}, final={"512x4096x4096": (0.15, 0.2)})
+    assert run_workload(w, minutes=1.0, session=session, slice_minutes=0.5) == 0
+    out = capsys.readouterr()
+    assert out.out.strip().splitlines()[-1].split()[-1] == f"{0.2 / 0.15:.4g}"
+    assert "re-timed" in out.err
+
+
+def test_an_interrupted_run_still_re_times_and_stores_what_its_slices_found(capsys):
+    class Interrupted(FakeSession):
+        def tune(self, spec, problem, trials, minutes, progress, final=True):
+            if not final and len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().tune(spec, problem, trials, minutes, progress, final)
+
+    w = _workload(
+        {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "512x4096x4096", "time_share": 0.8},
+        {"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "2048x4096x4096", "time_share": 0.2},
+    )
+    session = Interrupted({"512x4096x4096": (0.1, 0.2), "2048x4096x4096": (0.5, 0.4)})
+    with pytest.raises(KeyboardInterrupt):
+        run_workload(w, minutes=5.0, session=session, slice_minutes=0.5)
+    assert session.calls[-2:] == [("512x4096x4096", 0, True), ("2048x4096x4096", 0, True)]
 
 
 def test_run_workload_with_nothing_tunable_is_one_sentence():

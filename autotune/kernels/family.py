@@ -27,6 +27,7 @@ class TemplateFamily(abc.ABC):
 
     name: str
     shape_help: str
+    layouts: tuple[str, ...]  # the operand layouts of its problems; the first is a spec's default
     c_abi_note: str = ""  # what every template of the family shares in its exported C signature
 
     def __init__(self, templates: Sequence[Template], layouts: tuple[str, ...], auto_skip: tuple[str, ...] = ()):
@@ -43,6 +44,15 @@ class TemplateFamily(abc.ABC):
     def template(self, template: str, params: Params | None = None) -> Template:
         """The ``Template`` a configuration renders ("auto" resolved through ``params``); KeyError if unknown."""
         return self._impl[self.resolve(template, params or {})]
+
+    @property
+    def template_dir(self) -> str:
+        """The folder of its ``.cu.j2`` files under templates/: the family's name unless it says otherwise."""
+        return self.name
+
+    def auto_choices(self) -> tuple[str, ...]:
+        """The templates the "auto" template's TEMPLATE parameter chooses from, in registry order."""
+        return tuple(self.templates["auto"].kind("TEMPLATE").removeprefix("choice:").split(","))
 
     def implementations(self) -> tuple[Template, ...]:
         """Every concrete template, in registry order."""
@@ -131,6 +141,11 @@ class TemplateFamily(abc.ABC):
     def plain_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
         """The arguments every template of the family takes unless its scratch says otherwise."""
+
+    def matrix_dims(self, problem: Any) -> tuple[int, int, int]:
+        """The M, N and K an exported row carries (``autotune_tuned_config``): a matrix product's sizes; 0, 0, 0
+        for a family whose problems are not one."""
+        return 0, 0, 0
 
     def c_abi(self, template: str) -> str:
         """The exported C signature of a template's kernels: the family's shared note, then the template's."""

@@ -24,6 +24,9 @@ from . import (
     gemm_skinny_nt,
     gemm_skinny_tc,
     gemm_skinny_wgmma,
+    gemm_wgmma,
+    gemm_wgmma_decode,
+    gemm_wgmma_tf32x3,
     gemm_wmma,
 )
 from .base import Params
@@ -39,7 +42,7 @@ MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets fro
 MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 # Every GEMM template, in the order "auto" offers them (naive is left out of "auto").
 REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma,
-            gemm_skinny_nt)  # fmt: skip
+            gemm_skinny_nt, gemm_wgmma, gemm_wgmma_decode, gemm_wgmma_tf32x3)  # fmt: skip
 
 
 class GemmFamily(TemplateFamily):
@@ -107,6 +110,9 @@ class GemmFamily(TemplateFamily):
         if layout != "NN":
             raise ValueError(f"no {dtype} template computes layout {layout}; pass row-major operands")
         return "simt", dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
+
+    def matrix_dims(self, problem: GemmProblem) -> tuple[int, int, int]:
+        return problem.M, problem.N, problem.K
 
     def plain_args_for(self, problem: GemmProblem) -> Callable[..., tuple[Any, ...]]:
         """(A, B, C, M, N, K, alpha, beta, *scratch) with M, N, K converted once."""

@@ -88,6 +88,22 @@ class SimtTemplate(GemmTemplate):
         grid = (-(-problem.N // params["BN"]), -(-problem.M // params["BM"]), 1)
         return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
+    def ladder(self, params: Params) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+        """As tuned; without double buffering; without padding; without vector loads; with 4x4 register fragments
+        (the same outputs per thread, cut finer: the template cannot drop register tiling for a given warp tile);
+        and the naive kernel, with no shared-memory or register tiling at all."""
+        switches = (
+            ("without double buffering", {"DBUF": False}),
+            ("without shared-memory padding", {"PAD": 0}),
+            ("without vector loads (VEC=1)", {"VEC": 1}),
+            ("4x4 register fragments (TM=TN=4, WNITER=1; same outputs per thread)", {"TM": 4, "TN": 4, "WNITER": 1}),
+        )
+        return (
+            ("as tuned", self.name, dict(params)),
+            *((label, self.name, {**params, **change}) for label, change in switches),
+            ("naive: no shared-memory or register tiling", "naive", {"BX": 16, "BY": 16}),
+        )
+
     def c_abi(self) -> str:
         return "simt: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta)."
 

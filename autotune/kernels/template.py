@@ -207,6 +207,12 @@ class Template(abc.ABC):
         """Device memory a candidate needs besides the operands (packed copies, work matrices, partials)."""
         return 0
 
+    def ladder(self, params: Params) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+        """The kernel guide's optimization ladder from a tuned configuration (``autotune ladder``): the rungs to
+        measure, as (label, template, params), the first the configuration as tuned, each next one switching a
+        technique off. () for templates without a ladder."""
+        return ()
+
     @abc.abstractmethod
     def c_abi(self) -> str:
         """The C signature text ``autotune export`` writes for this template's kernels: the arguments in order,

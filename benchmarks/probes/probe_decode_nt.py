@@ -30,20 +30,27 @@ REPEATS = 60
 SPIN_US = 60  # longer than the host side of one cupy.matmul or kernel launch
 
 SOURCE = r"""
-extern "C" __global__ void read_floor(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
+template <int U>
+__device__ __forceinline__ void read_all(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   unsigned acc = 0u;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n4; i += 4 * stride) {
-    uint4 v[4];
+  for (; i + (U - 1) * stride < n4; i += U * stride) {
+    uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = __ldg(p + i + u * stride);
+    for (int u = 0; u < U; ++u) v[u] = __ldg(p + i + u * stride);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
+    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
   }
   for (; i < n4; i += stride) { const uint4 v = __ldg(p + i); acc += v.x + v.y + v.z + v.w; }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (threadIdx.x % 32 == 0) atomicAdd(sum, acc);  // the word sum mod 2^32: every byte must have been read
+}
+extern "C" __global__ void read_floor4(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
+  read_all<4>(p, n4, sum);
+}
+extern "C" __global__ void read_floor8(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
+  read_all<8>(p, n4, sum);
 }
 extern "C" __global__ void spin(long long ns) {
   unsigned long long t0, t;
@@ -104,25 +111,39 @@ class Timer:
 
 
 def read_floor(module, timer: Timer, w) -> tuple[float, bool]:
-    """(us, verified) of the streaming read of W's bytes; verified: its word sum equals CuPy's."""
+    """(us, verified) of the fastest plain streaming read of W's bytes over a few shapes (4 or 8 16-byte loads in
+    flight per thread; 4, 8 or 16 blocks of 256 threads per SM); verified: every shape's word sum equals CuPy's."""
     import cupy as cp
 
-    fn = module.get_function("read_floor")
     words = w.reshape(-1).view(cp.uint32) if w.nbytes % 4 == 0 else None
     n4 = w.nbytes // 16
-    out = cp.zeros(1, dtype=cp.uint32)
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    grid, args = (sms * 16,), (w, cp.int64(n4), out)
-    fn(grid, (256,), args)
     expected = int(words[: n4 * 4].astype(cp.uint64).sum()) % (1 << 32) if words is not None else None
-    verified = expected is not None and int(out[0]) == expected
-    return timer(lambda: fn(grid, (256,), args)), verified
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    best, verified = float("inf"), expected is not None
+    for name in ("read_floor4", "read_floor8"):
+        fn = module.get_function(name)
+        for per_sm in (4, 8, 16):
+            out = cp.zeros(1, dtype=cp.uint32)
+            grid, args = (sms * per_sm,), (w, cp.int64(n4), out)
+            fn(grid, (256,), args)
+            verified = verified and int(out[0]) == expected
+            best = min(best, timer(lambda fn=fn, grid=grid, args=args: fn(grid, (256,), args)))
+    return best, verified
 
 
 _COMPILED: dict[tuple, object] = {}
 
 
-def skinny_nt_row(settings, timer: Timer, problem, inputs, ref, params) -> dict:
+def decode_configs(m: int) -> list[dict]:
+    """wgmma_decode configurations for M rows of x: MB the smallest of 8 ... 64 that holds them."""
+    mb = next((b for b in (8, 16, 32, 64) if b >= m), 64)
+    out = [dict(BW=128, MB=mb, CONSUMERS=1, STAGES=6, SPLIT_K=s) for s in (1, 2, 4, 8)]
+    out += [dict(BW=64, MB=mb, CONSUMERS=1, STAGES=8, SPLIT_K=s) for s in (1, 2, 4)]
+    return out + [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=6, SPLIT_K=4), dict(BW=256, MB=mb, CONSUMERS=2, STAGES=4,
+                                                                           SPLIT_K=4)]  # fmt: skip
+
+
+def template_row(settings, timer: Timer, problem, inputs, ref, params, template: str = "skinny_nt") -> dict:
     """Verify one configuration against the float64 ``ref`` (NaN-poisoned output), then time it; its table row."""
     import cupy as cp
 
@@ -131,15 +152,15 @@ def skinny_nt_row(settings, timer: Timer, problem, inputs, ref, params) -> dict:
     from autotune.space import Config
     from autotune.verify import poison, tolerance_for
 
-    key = (problem.dtype, tuple(params.items()))  # the source depends on neither the shape nor the alignment
+    key = (template, problem.dtype, tuple(params.items()))  # the source depends on neither shape nor alignment
     if key not in _COMPILED:
-        _COMPILED[key] = prepare(Candidate("gemm", "skinny_nt", problem, Config.of(params)), settings)
+        _COMPILED[key] = prepare(Candidate("gemm", template, problem, Config.of(params)), settings)
     c = _COMPILED[key]
     if c.status is not None:
-        return {"what": "skinny_nt", "params": params, "status": c.status.value, "reason": c.reason}
-    launch = GEMM.launch("skinny_nt", params, problem)
+        return {"what": template, "params": params, "status": c.status.value, "reason": c.reason}
+    launch = GEMM.launch(template, params, problem)
     fn = load_kernel(c.compiled, launch.shared_bytes)
-    scratch = GEMM.new_scratch("skinny_nt", params, problem)
+    scratch = GEMM.new_scratch(template, params, problem)
     out = GEMM.new_output(problem)
     args = GEMM.kernel_args(problem, inputs, out, 1.0, 0.0, scratch)
     poison(out)
@@ -154,7 +175,7 @@ def skinny_nt_row(settings, timer: Timer, problem, inputs, ref, params) -> dict:
 
 def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list[dict]:
     """cuBLAS and the hand-picked skinny_nt configurations on one problem (W given), printed and as rows."""
-    from autotune.kernels import gemm_skinny_nt
+    from autotune.kernels import gemm_skinny_nt, gemm_wgmma_decode
     from autotune.kernels.gemm import GEMM
 
     dtype, m = problem.dtype, problem.M
@@ -171,16 +192,21 @@ def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list
         print(f"{dtype:<9} {problem.label:<16} {vendor[0]:<62} {vendor_us:8.2f} {1.0:8.2f} "
               f"{100 * floor_us / vendor_us:7.1f}")  # fmt: skip
     ref = GEMM.reference(problem, inputs)
-    default = GEMM.default_config(dtype, "NT", M=m)[1]
-    for params in [default] + [p for p in CONFIGS.get(m, []) if p != default]:
-        if gemm_skinny_nt.check(params) or gemm_skinny_nt.check_problem(params, problem):
+    template, default = GEMM.default_config(dtype, "NT", M=m)
+    plan = [("skinny_nt", p) for p in CONFIGS.get(m, [])] + [("wgmma_decode", p) for p in decode_configs(m)]
+    for name, params in [(template, default)] + [(t, p) for t, p in plan if (t, p) != (template, default)]:
+        module = gemm_skinny_nt if name == "skinny_nt" else gemm_wgmma_decode
+        if module.check(params) or module.check_problem(params, problem):
             continue  # MMA configurations for float32
-        row = {**base, **skinny_nt_row(settings, timer, problem, inputs, ref, params), "default": params == default}
+        if name != "skinny_nt" and settings.arch != "sm_90":
+            continue
+        row = {**base, **template_row(settings, timer, problem, inputs, ref, params, name),
+               "default": (name, params) == (template, default)}  # fmt: skip
         if "us" in row:
             row["x_cublas"] = vendor_us / row["us"] if vendor_us else None
             row["pct_floor"] = 100 * floor_us / row["us"]
         rows.append(row)
-        name = row["what"].removeprefix("gemm_skinny_nt_")[:60] + (" *" if row["default"] else "")
+        name = row["what"].removeprefix("gemm_")[:60] + (" *" if row["default"] else "")
         if row["status"] != "ok":
             print(f"{dtype:<9} {problem.label:<16} {name:<62} {row['status']}: {row.get('reason') or row.get('error')}")
             continue

@@ -27,7 +27,22 @@ GEMM = FAMILIES["gemm"]
 W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)
 MMA = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, SWIZZLE=True, RASTER=8)
 WGM = dict(WG=2, MB=64, KC=32, STAGES=4, ROUND=128, SPLIT_K=4, CLUSTER=True, MINB=1)
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
 CONFIGS = {
+    # wgmma + TMA, warp-specialized and persistent (sm_90a)
+    "wgmma": [
+        WG,
+        dict(WG, CLUSTER_M=2),
+        dict(WG, STAGES=3, TMA_STORE=True),
+        dict(WG, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BM=256, BN=128, CLUSTER_M=2),
+        dict(WG, BM=256, BN=128, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BN=192, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, BN=192, STAGES=5, CLUSTER_M=2),
+        dict(WG, BN=128, STAGES=6, CLUSTER_M=2),
+        dict(WG, BN=128, STAGES=5, CLUSTER_M=2, TMA_STORE=True),
+        dict(WG, CLUSTER_M=2, RASTER=16),
+    ],
     "wmma": [
         W,
         dict(W, WARPS_N=4, RASTER=8),
@@ -75,10 +90,15 @@ def main() -> int:
     ap.add_argument("--layout", default="NN")
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"])
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    ap.add_argument("--sms", type=int, default=None, help="plan persistent grids for this many SMs (wgmma)")
     ap.add_argument("--config", action="append", type=json.loads, metavar="JSON",
                     help="probe these parameters (repeatable) instead of the template's list")  # fmt: skip
     args = ap.parse_args()
     gpu = current_gpu()
+    if args.sms:
+        from autotune.kernels import gemm_wgmma
+
+        gemm_wgmma.multiprocessors = lambda: args.sms
     settings = Settings(arch=gpu.arch, tolerance=tolerance_for(args.dtype), max_shared_bytes=gpu.max_shared_per_block,
                         timing=TimingPlan(target_ms=100.0, max_repeats=30))  # fmt: skip
     flush = L2Flusher()

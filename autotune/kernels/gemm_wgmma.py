@@ -1,0 +1,234 @@
+"""The large-GEMM template on Hopper's warpgroup tensor cores (templates/gemm/wgmma.cu.j2): fp16 and bf16 with
+fp32 accumulation, every layout, operands read in place through TMA tensor maps.
+
+A block is a producer warpgroup (one thread issues the TMA copies of a ring of STAGES stages) and CONSUMERS
+warpgroups that run ``wgmma.mma_async`` m64n{BN}k16 from shared memory, each on BM / CONSUMERS rows of the
+BM x BN block tile; blocks are persistent (one per SM, tiles walked in a RASTER-grouped order). Every check here
+is mirrored by a ``static_assert`` in the template.
+
+The tensor maps need 16-byte aligned rows: a leading dimension that is a multiple of 8 elements and 16-byte
+aligned operands. Other problems are refused (``check_problem``); the mma template packs such operands and
+computes them.
+
+Example::
+
+    >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=2, TMA_STORE=False)
+    >>> d = derived(p)
+    >>> d["THREADS"], d["SHARED_BYTES"]
+    (384, 197696)
+
+CLUSTER_M = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
+TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
+bytes too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..limits import SM90, DeviceLimits, multiprocessors
+from .base import Launch, Params
+from .gemm_problem import GemmTemplate
+from .template import LaunchBound
+
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE")
+KINDS = (("TMA_STORE", "bool"),)
+DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
+DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+BK = 64  # elements of K per stage: one 128-byte swizzle row of a K-major tile
+BNS = (64, 128, 192, 256)
+CLUSTERS = (1, 2)
+CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
+MAX_ACCUMULATORS = 128  # floats per consumer thread
+MAX_STAGES = 8
+# setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
+# gives 128 of its registers back and each consumer takes 64 more
+REGS = {1: (40, 240), 2: (40, 232)}
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = params
+    stage = (p["BM"] + p["BN"]) * BK * 2
+    producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
+    return {
+        "THREADS": 128 * (p["CONSUMERS"] + 1),
+        "SHARED_BYTES": p["STAGES"] * stage
+        + (p["BM"] * p["BN"] * 2 if p["TMA_STORE"] else 0)
+        + 1024
+        + 16 * p["STAGES"],
+        "PRODUCER_REGS": producer,
+        "CONSUMER_REGS": consumer,
+    }
+
+
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration can never be built, or None."""
+    p = params
+    if p["CONSUMERS"] not in REGS:
+        return "CONSUMERS must be 1 or 2 warpgroups"
+    if p["BN"] not in BNS:
+        return f"BN must be one of {', '.join(map(str, BNS))} (whole 64-column boxes, the wgmma's N up to 256)"
+    if p["BM"] % p["CONSUMERS"] or p["BM"] // p["CONSUMERS"] not in CONSUMER_ROWS:
+        return "BM / CONSUMERS must be 64 or 128 rows (one or two m64 wgmmas per consumer)"
+    if p["BM"] // p["CONSUMERS"] // 64 * p["BN"] // 2 > MAX_ACCUMULATORS:
+        return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: BM / CONSUMERS x BN above 64 x 256"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    if p["RASTER"] < 1:
+        return "RASTER must be at least 1"
+    if p["CLUSTER_M"] not in CLUSTERS:
+        return "CLUSTER_M must be 1 or 2 blocks"
+    d = derived(p)
+    if d["THREADS"] > limits.threads_per_block:
+        return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
+    if d["SHARED_BYTES"] > limits.max_shared_per_block:
+        need, most = d["SHARED_BYTES"], limits.max_shared_per_block
+        staging = " and the staging tile" if p["TMA_STORE"] else ""
+        return f"{p['STAGES']} stages{staging} need {need} bytes of shared memory, more than the {most} a block may use"
+    return None
+
+
+def _leading(problem: Any) -> tuple[int, int]:
+    """Elements per stored row of A and of B."""
+    lda = problem.M if problem.layout[0] == "T" else problem.K
+    ldb = problem.K if problem.layout[1] == "T" else problem.N
+    return lda, ldb
+
+
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration cannot compute this problem, or None: the dtype, and the tensor maps' 16-byte rows."""
+    if problem.dtype not in DTYPES:
+        return f"wgmma computes {', '.join(DTYPES)}, not {problem.dtype}"
+    lda, ldb = _leading(problem)
+    if lda % 8 or ldb % 8:
+        return (
+            f"wgmma reads A and B through TMA tensor maps, whose rows must be whole 16 bytes: leading dimensions "
+            f"{lda} (A) and {ldb} (B) must be multiples of 8 (the mma template packs such operands)"
+        )
+    if params["TMA_STORE"] and problem.N % 8:
+        return (
+            f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
+            "multiple of 8"
+        )
+    return None
+
+
+def groups(params: Params, problem: Any) -> int:
+    """Clusters' worth of tiles: CLUSTER_M vertically adjacent tiles each."""
+    tiles_m = -(-problem.M // params["BM"])
+    return -(-tiles_m // params["CLUSTER_M"]) * -(-problem.N // params["BN"])
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on), in whole
+    clusters."""
+    d, cluster = derived(params), params["CLUSTER_M"]
+    n = groups(params, problem)
+    sms = multiprocessors()
+    return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+class TensorMaps(LaunchBound):
+    """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
+    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER_M) rows,
+    M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
+    reads) in boxes of 64 columns x BM / CONSUMERS rows; all with 128-byte swizzle."""
+
+    def __init__(self, params: Params, problem: Any) -> None:
+        self.problem = problem
+        self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
+        self.c_rows = params["BM"] // params["CONSUMERS"] if params["TMA_STORE"] else 0
+        self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
+
+    def bind(self, a: Any, b: Any, out: Any) -> tuple[Any, Any, Any]:
+        return self._map(0, a.data.ptr), self._map(1, b.data.ptr), self._map(2, out.data.ptr)
+
+    def _map(self, which: int, ptr: int) -> Any:
+        cache = self._maps[which]
+        found = cache.get(ptr)
+        if found is None:
+            found = self._make(which, ptr)
+            if len(cache) >= 8:
+                cache.clear()
+            cache[ptr] = found
+        return found
+
+    def _make(self, which: int, ptr: int) -> Any:
+        import numpy as np
+
+        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, MAP_BYTES, SWIZZLE_128B, tiled_2d
+
+        p = self.problem
+        dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
+        if which == 2:
+            if not self.c_rows:
+                return np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
+            return tiled_2d(ptr, p.N, p.M, p.N * 2, (64, self.c_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+        trans = p.layout[which] == "T"
+        rows_mn = p.M if which == 0 else p.N
+        tile = self.bm if which == 0 else self.bn_box
+        k_major = trans if which == 1 else not trans
+        if k_major:  # stored (MN) x K: rows of K
+            width, height, box = p.K, rows_mn, (BK, tile)
+        else:  # stored K x (MN): rows of M or N
+            width, height, box = rows_mn, p.K, (64, BK)
+        return tiled_2d(ptr, width, height, width * 2, box, SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+
+
+class WgmmaTemplate(GemmTemplate):
+    name = "wgmma"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    kinds = KINDS
+    description = DESCRIPTION
+    arch = "sm_90a"
+    arch_note = (
+        "wgmma needs sm_90a (warpgroup MMA, TMA, setmaxnreg): for any other architecture it fails to compile; "
+        "mma computes the same problems there."
+    )
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return 0, 0
+
+    def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The family's (unused) scratch pair, then the tensor maps, made per operand address at launch."""
+        return (*super().new_scratch(params, problem), TensorMaps(params, problem))
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        return len(scratch) == 3 and isinstance(scratch[2], TensorMaps)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        a, b = inputs
+        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b, out)))
+
+    def c_abi(self) -> str:
+        return (
+            "wgmma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta, float* partial, "
+            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap, CUtensorMap cmap) (scratch unused: 0 floats, "
+            "0 counters); the "
+            "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
+            "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
+            "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
+            "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
+            "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
+            "{64, BM/CONSUMERS}. Grid: (CLUSTER_M * min(groups, SMs / CLUSTER_M), 1, 1), groups = ceil(ceil(M/BM) / "
+            "CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1)."
+        )
+
+
+TEMPLATE = WgmmaTemplate()

@@ -1,0 +1,182 @@
+"""Decode GEMM in nn.Linear's layout on Hopper's warpgroup tensor cores (templates/gemm/wgmma_decode.cu.j2):
+C = alpha * A @ B^T + beta * C with B (the weight W) stored N x K and read in place, fp16 or bf16, small M.
+
+The tensor cores compute C^T = W x^T: W's rows are the wgmma's M (BW rows a block, BW / CONSUMERS a consumer
+warpgroup), x's rows its N (MB); a producer warpgroup streams W and x by TMA through a ring of STAGES stages;
+SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order. Every
+check here is mirrored by a ``static_assert``.
+
+Example::
+
+    >>> p = dict(BW=128, MB=16, CONSUMERS=1, STAGES=8, SPLIT_K=4)
+    >>> launch(p, Problem(16, 4096, 4096, "float16", "NT")).grid
+    (128, 1, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..limits import SM90, DeviceLimits
+from .base import Launch, Params
+from .gemm_problem import GemmProblem as Problem
+from .gemm_problem import GemmTemplate
+from .template import LaunchBound
+
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K")
+DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
+DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("NT",)
+BK = 64  # elements of K per stage (one 128-byte swizzle row)
+MBS = (8, 16, 32, 64)
+CONSUMER_ROWS = (64, 128)
+MAX_STAGES = 12
+MAX_SPLIT_K = 64
+
+__all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = params
+    stage = (p["BW"] + p["MB"]) * BK * 2
+    return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16}
+
+
+def accumulators(params: Params) -> int:
+    """fp32 accumulators per consumer thread."""
+    return params["BW"] // params["CONSUMERS"] // 64 * params["MB"] // 2
+
+
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration can never be built, or None."""
+    p = params
+    if p["CONSUMERS"] not in (1, 2):
+        return "CONSUMERS must be 1 or 2 warpgroups"
+    if p["BW"] % p["CONSUMERS"] or p["BW"] // p["CONSUMERS"] not in CONSUMER_ROWS:
+        return "BW / CONSUMERS must be 64 or 128 rows of W (one or two m64 wgmmas per consumer)"
+    if p["MB"] not in MBS:
+        return f"MB must be one of {', '.join(map(str, MBS))} (the wgmma's N: rows of x per block)"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    if not 1 <= p["SPLIT_K"] <= MAX_SPLIT_K:
+        return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
+    d = derived(p)
+    if d["SHARED_BYTES"] > limits.max_shared_per_block:
+        need, most = d["SHARED_BYTES"], limits.max_shared_per_block
+        return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
+    return None
+
+
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration cannot compute this problem, or None: the dtype, the layout, 16-byte rows, the grid."""
+    if problem.dtype not in DTYPES:
+        return f"wgmma_decode computes {', '.join(DTYPES)}, not {problem.dtype}"
+    if problem.layout not in LAYOUTS:
+        return f"wgmma_decode computes layout NT (nn.Linear's: B stored N x K), not {problem.layout}"
+    if problem.K % 8:
+        return (
+            f"wgmma_decode reads x and W through TMA tensor maps, whose rows must be whole 16 bytes: K = "
+            f"{problem.K} is no multiple of 8"
+        )
+    grid = launch(params, problem).grid
+    if grid[0] > limits.max_grid_x or grid[1] > limits.max_grid_y:
+        return f"the grid {grid[:2]} exceeds the device's; use a larger MB or BW"
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    d = derived(params)
+    tiles = -(-problem.N // params["BW"])
+    grid = (tiles * params["SPLIT_K"], -(-problem.M // params["MB"]), 1)
+    return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats of the split partials, counters): a partial tile per split of every tile, a counter per tile; none
+    without split-K."""
+    if params["SPLIT_K"] == 1:
+        return 0, 0
+    tiles = -(-problem.N // params["BW"]) * -(-problem.M // params["MB"])
+    per_split = 128 * params["CONSUMERS"] * accumulators(params)
+    return tiles * params["SPLIT_K"] * per_split, tiles
+
+
+class TensorMaps(LaunchBound):
+    """The tensor maps of a launch's x (A: M x K, boxes of 64 K x MB rows) and W (B stored N x K, boxes of 64 K x
+    BW rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
+
+    def __init__(self, params: Params, problem: Any) -> None:
+        self.problem, self.mb, self.bw = problem, params["MB"], params["BW"]
+        self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
+
+    def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
+        return self._map(0, a.data.ptr), self._map(1, b.data.ptr)
+
+    def _map(self, which: int, ptr: int) -> Any:
+        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, SWIZZLE_128B, tiled_2d
+
+        cache = self._maps[which]
+        found = cache.get(ptr)
+        if found is None:
+            p = self.problem
+            dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
+            rows, box_rows = (p.M, self.mb) if which == 0 else (p.N, self.bw)
+            found = tiled_2d(ptr, p.K, rows, p.K * 2, (BK, box_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+            if len(cache) >= 8:
+                cache.clear()
+            cache[ptr] = found
+        return found
+
+
+class WgmmaDecodeTemplate(GemmTemplate):
+    name = "wgmma_decode"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+    arch = "sm_90a"
+    arch_note = (
+        "wgmma_decode needs sm_90a (warpgroup MMA and TMA): for any other architecture it fails to compile; "
+        "skinny_nt computes the same problems there."
+    )
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return scratch(params, problem)
+
+    def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
+        """The split-K pair (partials, zeroed counters), then the tensor maps, made per operand address."""
+        return (*super().new_scratch(params, problem), TensorMaps(params, problem))
+
+    def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
+        return len(scratch) == 3 and isinstance(scratch[2], TensorMaps)
+
+    def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
+                    scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
+        a, b = inputs
+        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b)))
+
+    def c_abi(self) -> str:
+        return (
+            "wgmma_decode (layout NT only): (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float "
+            "beta, float* partial, unsigned* counters, CUtensorMap xmap, CUtensorMap wmap), the scratch sized by "
+            "scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by value "
+            "(__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, 1}, "
+            "CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
+            "box {64, MB}; W (B) dims {K, N}, stride {K*2}, box {64, BW}. Grid (ceil(N/BW) * SPLIT_K, ceil(M/MB), "
+            "1), block 128 * (CONSUMERS + 1) threads."
+        )
+
+
+TEMPLATE = WgmmaDecodeTemplate()

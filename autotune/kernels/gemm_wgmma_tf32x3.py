@@ -1,0 +1,120 @@
+"""fp32 GEMM at fp32 accuracy on Hopper's warpgroup tensor cores (templates/gemm/wgmma_tf32x3.cu.j2): 3xTF32
+wgmma, every layout, any shape and leading dimension.
+
+PRODUCERS warpgroups take turns at the stages: one reads a stage's A and B tiles from global memory, splits every
+value x into a TF32 high part and its fp32 residual, and stores both as K-major, 128-byte swizzled tiles (at most
+three warpgroups in all, four with BN = 64); CONSUMERS warpgroups of 64 rows
+each run ``wgmma.mma_async`` m64n{BN}k8 .tf32 three times per product (lo*hi, hi*lo, hi*hi) and add the tensor
+cores' sums into fp32 registers every ROUND rows of K. Blocks are persistent. Every check here is mirrored by a
+``static_assert`` in the template.
+
+Example::
+
+    >>> p = dict(BN=128, PRODUCERS=2, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+    >>> derived(p)["SHARED_BYTES"]
+    197680
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..limits import SM90, DeviceLimits, multiprocessors
+from .base import Launch, Params
+from .gemm_problem import GemmTemplate
+
+PARAMS = ("BN", "PRODUCERS", "CONSUMERS", "STAGES", "ROUND", "RASTER")
+DESCRIPTION = "sm_90a 3xTF32 warpgroup MMA (wgmma) for fp32 at fp32 accuracy, producer-split operands, persistent"
+DTYPES = ("float32",)
+LAYOUTS = ("NN", "NT", "TN", "TT")
+BK = 32  # floats of K per stage: one 128-byte swizzle row
+BNS = (64, 128)
+MAX_STAGES = 4
+MAX_ROUND = 1024  # rows of K the tensor cores sum before a rounded fp32 add (error grows with it)
+
+
+def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    p = params
+    stage = 2 * (64 * p["CONSUMERS"] + p["BN"]) * BK * 4  # hi and lo of A's and B's tiles
+    return {"THREADS": 128 * (p["PRODUCERS"] + p["CONSUMERS"]),
+            "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"]}  # fmt: skip
+
+
+def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why this configuration can never be built, or None."""
+    p = params
+    if p["PRODUCERS"] not in (1, 2, 3):
+        return "PRODUCERS must be 1 to 3 warpgroups"
+    if p["CONSUMERS"] not in (1, 2):
+        return "CONSUMERS must be 1 or 2 warpgroups of 64 rows"
+    if p["PRODUCERS"] + p["CONSUMERS"] > 3 and p["BN"] != 64:
+        return (
+            "four warpgroups (PRODUCERS + CONSUMERS) leave 128 registers a thread: too few for d and acc unless BN = 64"
+        )
+    if p["BN"] not in BNS:
+        return "BN must be 64 or 128 (the wgmma's N: d and acc take BN floats a thread)"
+    if not 2 <= p["STAGES"] <= MAX_STAGES:
+        return f"STAGES must be 2 to {MAX_STAGES}"
+    if p["ROUND"] < 2 * BK or p["ROUND"] % BK or p["ROUND"] > MAX_ROUND:
+        # ROUND = 32 (a wait_group 0 and a rounding at every stage) gave relative errors of ~1e-2 on some runs on
+        # the H200 (2026-12-02), a race not yet found; two or more stages per window verify
+        return f"ROUND must be a multiple of {BK} rows from {2 * BK} to {MAX_ROUND}"
+    if p["RASTER"] < 1:
+        return "RASTER must be at least 1"
+    d = derived(p)
+    if d["SHARED_BYTES"] > limits.max_shared_per_block:
+        need, most = d["SHARED_BYTES"], limits.max_shared_per_block
+        return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
+    return None
+
+
+def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
+    if problem.dtype not in DTYPES:
+        return f"wgmma_tf32x3 computes float32 (at fp32 accuracy), not {problem.dtype}"
+    return None
+
+
+def launch(params: Params, problem: Any) -> Launch:
+    """One persistent block per SM (or per tile, when there are fewer or no GPU to count SMs on)."""
+    d = derived(params)
+    tiles = -(-problem.M // (64 * params["CONSUMERS"])) * -(-problem.N // params["BN"])
+    sms = multiprocessors()
+    return Launch((min(tiles, sms) if sms else tiles, 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+class WgmmaTf32x3Template(GemmTemplate):
+    name = "wgmma_tf32x3"
+    params = PARAMS
+    dtypes = DTYPES
+    layouts = LAYOUTS
+    description = DESCRIPTION
+    arch = "sm_90a"
+    arch_note = (
+        "wgmma_tf32x3 needs sm_90a (warpgroup MMA): for any other architecture it fails to compile; simt computes "
+        "float32 there."
+    )
+
+    def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
+        return derived(params, self.variant_of(problem))
+
+    def check(self, params: Params, limits: DeviceLimits) -> str | None:
+        return check(params, limits)
+
+    def check_problem(self, params: Params, problem: Any, limits: DeviceLimits) -> str | None:
+        return check_problem(params, problem, limits)
+
+    def launch(self, params: Params, problem: Any, kernel_name: str) -> Launch:
+        return launch(params, problem)
+
+    def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
+        return 0, 0
+
+    def c_abi(self) -> str:
+        return (
+            "wgmma_tf32x3: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, "
+            "float* partial, unsigned* counters) (scratch unused: 0 floats, 0 counters); grid (min(tiles, SMs), 1, "
+            "1), tiles = ceil(M / (64 * CONSUMERS)) * ceil(N / BN); block 128 * (PRODUCERS + CONSUMERS) threads."
+        )
+
+
+TEMPLATE = WgmmaTf32x3Template()

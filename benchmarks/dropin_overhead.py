@@ -1,0 +1,230 @@
+"""Host time the torch drop-in adds per call: ``autotune.torch.optimize(layer)`` against the same torch layer, eager.
+
+Goal (issue 25): in eager mode the drop-in adds at most about 5 us of host time per call. Both layers are
+timed in the same process with perf_counter, in bursts of 100 calls (synchronized, untimed, between bursts),
+on problems small enough that the host, not the GPU, sets the pace; ``added_us`` is the optimized layer's
+host time per call minus torch's.
+
+    python3 benchmarks/dropin_overhead.py              # on a GPU: nn.Linear and nn.Conv2d, our kernels
+    python3 benchmarks/dropin_overhead.py --fake       # no GPU: the Python path with a no-op launch
+
+``--fake`` (CPU only) measures the drop-in's own Python: the kernel launch is a no-op, tensors live on the
+CPU, and the row "general path" is the route every call took before the fast serve (the backend's
+``linear`` over ``runtime.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
+    """Median host microseconds per call over ``bursts`` bursts of ``burst`` calls."""
+    for _ in range(3 * burst):
+        fn()
+    if sync:
+        sync()
+    times = []
+    for _ in range(bursts):
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        times.append((time.perf_counter() - t0) / burst * 1e6)
+        if sync:
+            sync()
+    return statistics.median(times)
+
+
+def _pair(torch, layer, x, bursts, sync) -> list[dict]:
+    """torch's layer; the optimized copy; the optimized copy as before the fast paths (every call through
+    ``runtime.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
+    sent to the vendor (torch's op behind the router)."""
+    import copy
+    import dataclasses
+
+    import autotune.torch as at
+    from autotune import torch_calls
+    from autotune.torch_backend import AutotuneBackend
+
+    class Before(AutotuneBackend):
+        def fast(self, *args):
+            return None
+
+    base = copy.deepcopy(layer)
+    rows = []
+    with torch.inference_mode():
+        theirs = host_us(lambda: base(x), bursts, sync=sync)
+        rows.append({"what": "torch", "host_us": theirs})
+        for what, backend, hot in (("optimized", None, True), ("optimized, before (no fast paths)", Before(), False)):
+            opt = at.optimize(copy.deepcopy(layer), backend=backend)
+            torch_calls.HOT = hot
+            try:
+                opt(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
+                ours = host_us(lambda opt=opt: opt(x), bursts, sync=sync)
+            finally:
+                torch_calls.HOT = True
+            routes = "/".join(sorted({p.route.value for p in opt.__dict__[at.ATTR].plans.values()}))
+            rows.append({"what": f"{what} ({routes})", "host_us": ours, "added_us": ours - theirs})
+        router = opt.__dict__[at.ATTR]
+        router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
+        sent = host_us(lambda: opt(x), bursts, sync=sync)
+        rows.append({"what": "optimized (vendor route)", "host_us": sent, "added_us": sent - theirs})
+    return rows
+
+
+def gpu_rows(bursts: int = 300) -> list[dict]:
+    """nn.Linear (decode-sized, with and without bias) and nn.Conv2d (1x1 and 3x3) in fp16 on the GPU."""
+    import torch
+
+    nn, dev, f16 = torch.nn, "cuda", torch.float16
+    cases = [
+        ("Linear 4096->4096 M=1 no bias", nn.Linear(4096, 4096, bias=False), (1, 4096)),
+        ("Linear 4096->4096 M=16 no bias", nn.Linear(4096, 4096, bias=False), (16, 4096)),
+        ("Linear 1024->1024 M=1 bias", nn.Linear(1024, 1024), (1, 1024)),
+        ("Conv2d 64->64 1x1 8x8 no bias", nn.Conv2d(64, 64, 1, bias=False), (1, 64, 8, 8)),
+        ("Conv2d 64->64 3x3 8x8 bias", nn.Conv2d(64, 64, 3, padding=1), (1, 64, 8, 8)),
+    ]
+    found = []
+    for name, layer, shape in cases:
+        layer = layer.to(dev, f16).eval()
+        x = torch.randn(shape, device=dev, dtype=f16)
+        for r in _pair(torch, layer, x, bursts, torch.cuda.synchronize):
+            found.append({"case": name, **r})
+    return found
+
+
+def fake_rows(bursts: int = 300) -> list[dict]:
+    """The drop-in's Python per call on the CPU, the launch a no-op (see the module doc)."""
+    import torch
+
+    import autotune.torch as at
+
+    backend = _fake_gpu()
+    found = []
+    for bias in (False, True):
+        layer = torch.nn.Linear(64, 64, bias=bias).eval()
+        x = torch.randn(1, 64)
+        case = f"Linear 64->64 M=1 {'bias' if bias else 'no bias'}"
+        with torch.inference_mode():
+            plain = host_us(lambda layer=layer, x=x: layer(x), bursts)
+            for what, fast in (("fast serve", True), ("general path", False)):
+                opt = at.optimize(torch.nn.Linear(64, 64, bias=bias).eval(), backend=backend(fast))
+                t = host_us(lambda opt=opt, x=x: opt(x), bursts)
+                found.append({"case": case, "what": what, "host_us": t, "torch_cpu_linear_us": plain})
+    return found + _parts(torch, bursts)
+
+
+def _fake_gpu() -> type:
+    """A backend that takes CPU tensors for GPU ones and launches nothing (``FakeGpu(fast=False)``: no fast
+    serve, the general path over a no-op GEMM)."""
+    from autotune.torch_backend import AutotuneBackend
+
+    class NoLaunch:
+        vendor = provisional = False
+
+        def launch_ptrs(self, a, b, out, alpha, beta, stream):
+            pass
+
+    class FakeGpu(AutotuneBackend):
+        def __init__(self, fast: bool) -> None:
+            super().__init__()
+            self._fast_on = fast
+
+        @staticmethod
+        def step(kernel, problem, sizes, device):
+            return "exact"
+
+        @staticmethod
+        def on_device(x):
+            return True
+
+        on_current_device = on_device
+
+        @staticmethod
+        def capturing():
+            return False
+
+        def fast(self, *args):
+            return super().fast(*args) if self._fast_on else None
+
+        @staticmethod
+        def launcher(plan, device):
+            return NoLaunch()
+
+        @staticmethod
+        def device_reader():
+            return lambda: -1
+
+        streams = {(-1, 0): "stream"}
+        stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
+
+        def gemm(self, a, b, out, alpha, beta):
+            pass  # the general path's runtime.gemm, as a no-op
+
+    return FakeGpu
+
+
+def _parts(torch, bursts: int) -> list[dict]:
+    """What a fast serve's call is made of, on the CPU: a module call, torch.empty, the launch's Python."""
+    import numpy as np
+
+    from autotune import launcher
+    from autotune.kernels import FAMILIES
+    from autotune.kernels.base import Launch
+    from autotune.runtime import Choice
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    x, ident = torch.randn(1, 64), Identity()
+    gemm = FAMILIES["gemm"]
+    template, params = gemm.default_config("float16", "NT")
+    choice, problem = Choice(template, params, "default", "default"), gemm.problem([1, 64, 64], "float16", "NT")
+    scratch = None if gemm.scratch(template, params, problem) is None else lambda: (np.zeros(1), np.zeros(1))
+    no_op = lambda grid, block, args, shared_mem=0, stream=None: None  # noqa: E731 - the launch, as a no-op
+    ours = launcher.Launcher("gemm", problem, choice, no_op, Launch((1, 1, 1), (128, 1, 1), 0), "k", scratch)
+    stream = type("Stream", (), {"ptr": 0, "__enter__": lambda s: s, "__exit__": lambda s, *e: False})()
+    found = [
+        {"case": "parts", "what": "module call, identity forward", "host_us": host_us(lambda: ident(x), bursts)},
+        {"case": "parts", "what": "torch.empty((1, 64))", "host_us": host_us(lambda: torch.empty((1, 64)), bursts)},
+    ]
+    for packed in (True, False):
+        launcher.PACKED = packed
+        ours._packed.clear()
+        t = host_us(lambda: ours.launch_ptrs(1024, 2048, 4096, 1.0, 0.0, stream), bursts)
+        found.append({"case": "parts", "what": f"launch_ptrs Python, {'packed' if packed else 'plain'} args",
+                      "host_us": t})  # fmt: skip
+    launcher.PACKED = True
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fake", action="store_true", help="no GPU: the Python path with a no-op launch")
+    ap.add_argument("--bursts", type=int, default=300)
+    ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    args = ap.parse_args()
+    try:
+        found = fake_rows(args.bursts) if args.fake else gpu_rows(args.bursts)
+    except ImportError as exc:
+        print(f"dropin_overhead needs torch: {exc}", file=sys.stderr)
+        return 2
+    for r in found:
+        extra = "".join(f"  {k} {v:7.2f}" for k, v in r.items() if k not in ("case", "what", "host_us"))
+        print(f"{r['case']:<34} {r['what']:<36} host {r['host_us']:7.2f} us/call{extra}")
+    if args.out:
+        args.out.write_text(json.dumps(found, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

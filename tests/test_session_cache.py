@@ -1,0 +1,96 @@
+"""A workload run through a real TuningSession with a fake GPU worker and compiler: each slice spends its time on
+trials. The space is enumerated and the vendor timed once per problem per session; the finalists are re-timed
+once per problem, at the end of the run, and only then is a winner stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from autotune.compile_pool import CompilePool
+from autotune.search import FINAL_PLAN
+from autotune.session import RunOptions, SessionCache, TuningSession
+from autotune.store import read, tuned_file
+from autotune.tune_workload import FINAL_MINUTES, run_workload
+from autotune.workload import parse_workload
+from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile
+
+GPU = SimpleNamespace(key="test-gpu-sm90", arch="sm_90", name="Test GPU", multiprocessors=132, driver="0", runtime="0",
+                      max_shared_per_block=227 * 1024, registers_per_block=65536, registers_per_sm=65536,
+                      shared_per_sm=228 * 1024, threads_per_sm=2048, memory_bytes=0)  # fmt: skip
+
+
+class Worker(FakeEvaluator):
+    """The fake GPU worker, recording each vendor timing's plan and whether each measurement is a final one."""
+
+    def __init__(self):
+        super().__init__()
+        self.vendor_plans, self.measures, self.searched, self.final = [], [], [], None
+
+    def vendor(self, kernel, problem, plan):
+        self.vendor_plans.append((problem.label, plan == FINAL_PLAN))
+        return super().vendor(kernel, problem, plan)
+
+    def measure(self, c, settings):
+        self.measures.append((self.final, settings.timing == FINAL_PLAN))
+        if not self.final:
+            self.searched.append((c.candidate.problem.label, c.candidate.config.key))
+        return super().measure(c, settings)
+
+
+class CpuSession(TuningSession):
+    def __init__(self, options, worker, compiler):  # no GPU, no NVRTC: the fakes stand in
+        self.options, self.gpu, self._nvrtc, self._storages = options, GPU, lambda: "0", {}
+        self.cache, self.worker, self.compiler = SessionCache(), worker, compiler
+
+    def tune(self, spec, problem, trials, minutes, progress, final=True):
+        self.worker.final = final
+        return super().tune(spec, problem, trials, minutes, progress, final)
+
+
+@pytest.fixture
+def workload(tmp_path):
+    spec = tmp_path / "naive.yaml"
+    spec.write_text(NAIVE_SPEC)
+    doc = {"workload": "two-gemms", "spaces": {"gemm/float32": str(spec)}, "problems": [
+        {"kernel": "gemm", "dtype": "float32", "layout": "NN", "shape": "64x64x64", "time_share": 0.7},
+        {"kernel": "gemm", "dtype": "float32", "layout": "NN", "shape": "96x80x72", "time_share": 0.3}]}  # fmt: skip
+    return parse_workload(doc, str(tmp_path / "workload.yaml"))
+
+
+def run(tmp_path: Path, workload, slices: int) -> tuple[CpuSession, Worker]:
+    options = RunOptions(tuned_dir=tmp_path / "tuned", runs_dir=tmp_path / "runs", jobs=1)
+    worker = Worker()
+    with CompilePool("sm_90", 1, fake_compile) as pool:
+        session = CpuSession(options, worker, pool)
+        size = 0.01  # 0.6 s per slice
+        run_workload(workload, 2 * FINAL_MINUTES + slices * size, session, slice_minutes=size)
+    return session, worker
+
+
+def test_slices_enumerate_the_space_and_time_the_vendor_once_per_problem(tmp_path, workload, capsys):
+    session, worker = run(tmp_path, workload, slices=6)
+    err = capsys.readouterr().err
+    sliced = err.count("  slice ")
+    assert sliced >= 3  # both problems, and at least one got a second slice
+    assert session.cache.counts == {"feasible": 2, "vendor": 4}  # per problem: the search's plan, the final one
+    assert sorted(worker.vendor_plans) == [("64x64x64", False), ("64x64x64", True), ("96x80x72", False),
+                                           ("96x80x72", True)]  # fmt: skip
+    in_slices = [timing for final, timing in worker.measures if final is False]
+    assert in_slices and not any(in_slices)  # slices only search: no finalist is re-timed there
+    assert any(timing for final, timing in worker.measures if final)  # the finalize re-times them
+    entries = read(tuned_file(tmp_path / "tuned", GPU.key, "gemm"))["entries"]
+    assert set(entries) == {"float32/NN/64x64x64", "float32/NN/96x80x72"}
+    assert all(e["vendor_median_ms"] == 2.0 and e["verified"] for e in entries.values())
+    assert err.count("final: ") == 2
+
+
+def test_a_second_run_resumes_the_studies(tmp_path, workload, capsys):
+    """Nothing measured is lost: the next run's slices go on from the studies, never re-measuring a configuration."""
+    _, first = run(tmp_path, workload, slices=2)
+    _, second = run(tmp_path, workload, slices=2)
+    assert first.searched and second.searched
+    assert not set(first.searched) & set(second.searched)
+    assert capsys.readouterr().err.count("final: ") == 4

@@ -1,0 +1,196 @@
+"""The wgmma template (sm_90a) without a GPU: configurations compile for sm_90a in every layout and dtype without
+spills, at the register count setmaxnreg plans for; each Python check is mirrored by a static_assert; problems
+whose rows the tensor maps cannot take are refused with the reason; the launch is a persistent grid."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.compiler import compile_source
+from autotune.kernels import gemm_wgmma as wg
+from autotune.kernels import gemm_wgmma_decode as wd
+from autotune.kernels import gemm_wgmma_tf32x3 as wt
+from autotune.kernels.gemm import GEMM
+from autotune.templates import render
+from tests.template_checks import assert_refused_twice
+
+GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
+
+
+def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
+    return render("gemm", "wgmma", p, GEMM.problem(list(shape), dtype, layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "layout", "dtype", "registers"),
+    [
+        (GOOD, "NN", "float16", 168),
+        (dict(GOOD, BM=256, BN=128, STAGES=3, CLUSTER_M=2), "TT", "bfloat16", 168),
+        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", None),
+    ],  # fmt: skip
+)
+def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
+    assert wg.check(params) is None
+    r = rendered(params, layout, dtype)
+    c = compile_source(r.source, r.kernel_name, "sm_90")  # the source asks for sm_90a
+    assert c.ok, c.error
+    assert c.spills == 0
+    if registers:  # two consumers: 384 threads start at 168 registers, which setmaxnreg's budget assumes
+        assert c.registers == registers
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(BN=96), ["BN"]),
+        (dict(BM=192), ["BM / CONSUMERS"]),
+        (dict(CONSUMERS=1, BM=128, BN=256), ["accumulators"]),
+        (dict(STAGES=9), ["STAGES"]),
+        (dict(RASTER=0), ["RASTER"]),
+        (dict(STAGES=5), ["shared memory"]),
+        (dict(CLUSTER_M=4), ["CLUSTER_M"]),
+        (dict(TMA_STORE=True), ["staging tile", "shared memory"]),
+    ],  # fmt: skip
+)
+def test_a_broken_configuration_is_refused_by_the_check_and_the_template(change, words):
+    assert_refused_twice(wg, rendered, {**GOOD, **change}, words)
+
+
+@pytest.mark.parametrize(
+    ("shape", "layout", "bad"),
+    [
+        ("4095x4097x4093", "NN", "4093 (A)"),
+        ("4096x4097x4096", "NN", "4097 (B)"),
+        ("4093x4096x4096", "TN", "4093 (A)"),
+        ("4096x4096x4093", "NT", "4093 (B)"),
+    ],  # fmt: skip
+)
+def test_rows_that_are_not_whole_16_bytes_are_refused_naming_the_operand(shape, layout, bad):
+    reason = GEMM.check_problem("wgmma", GOOD, GEMM.problem(shape, "float16", layout))
+    assert reason and bad in reason and "multiples of 8" in reason
+    assert GEMM.check_problem("wgmma", GOOD, GEMM.problem("4096x4096x4096", "float16", layout)) is None
+    assert "float16" in GEMM.check_problem("wgmma", GOOD, GEMM.problem("64x64x64", "float32"))
+    stored = dict(GOOD, TMA_STORE=True)
+    assert "N = 4092" in GEMM.check_problem("wgmma", stored, GEMM.problem("64x4092x64", "float16", "NT"))
+    assert GEMM.check_problem("wgmma", GOOD, GEMM.problem("64x4092x64", "float16", "NT")) is None
+
+
+def test_the_grid_is_one_persistent_block_per_sm_or_per_tile(monkeypatch):
+    problem = GEMM.problem("4096x4096x4096", "float16")
+    monkeypatch.setattr(wg, "multiprocessors", lambda: 132)
+    assert wg.launch(GOOD, problem).grid == (132, 1, 1)
+    assert wg.launch(GOOD, GEMM.problem("256x512x64", "float16")).grid == (4, 1, 1)
+    monkeypatch.setattr(wg, "multiprocessors", lambda: None)
+    assert wg.launch(GOOD, problem).grid == (32 * 16, 1, 1)
+    assert wg.launch(GOOD, problem).block == (384, 1, 1)
+    pairs = dict(GOOD, CLUSTER_M=2)  # whole clusters: 33 tiles of 128 rows make 17 pairs
+    assert wg.launch(pairs, GEMM.problem("4224x256x64", "float16")).grid == (34, 1, 1)
+    monkeypatch.setattr(wg, "multiprocessors", lambda: 133)
+    assert wg.launch(pairs, problem).grid == (132, 1, 1)
+
+
+DECODE = dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=4)
+
+
+def rendered_decode(p, layout="NT", dtype="float16", shape=(16, 4096, 4096)):
+    return render("gemm", "wgmma_decode", p, GEMM.problem(list(shape), dtype, layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype"),
+    [
+        (DECODE, "float16"),
+        (dict(DECODE, BW=256, MB=64, CONSUMERS=2, SPLIT_K=1, STAGES=3), "bfloat16"),
+        (dict(DECODE, BW=64, MB=8, STAGES=12, SPLIT_K=16), "float16"),
+    ],  # fmt: skip
+)
+def test_decode_configurations_compile_for_sm90a_without_spills(params, dtype):
+    assert wd.check(params) is None
+    r = rendered_decode(params, dtype=dtype)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(BW=192), ["BW / CONSUMERS"]),
+        (dict(MB=24), ["MB"]),
+        (dict(STAGES=1), ["STAGES"]),
+        (dict(SPLIT_K=65), ["SPLIT_K"]),
+        (dict(STAGES=12, BW=256, CONSUMERS=2), ["shared"]),
+    ],  # fmt: skip
+)
+def test_a_broken_decode_configuration_is_refused_by_the_check_and_the_template(change, words):
+    p = {**DECODE, **change}
+    reason = wd.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered_decode(p)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+
+
+def test_decode_takes_nn_linear_layout_with_whole_16_byte_rows_only():
+    assert GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4096", "float16", "NT")) is None
+    assert "layout NT" in GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4096", "float16", "NN"))
+    assert "K = 4093" in GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("16x4096x4093", "float16", "NT"))
+    assert GEMM.check_problem("wgmma_decode", DECODE, GEMM.problem("3x4097x4096", "bfloat16", "NT")) is None
+
+
+def test_decode_grid_and_split_k_scratch():
+    p = GEMM.problem("100x1000x4096", "float16", "NT")  # 8 tiles of 128 rows of W, 7 rows of 16 of x
+    assert wd.launch(DECODE, p).grid == (8 * 4, 7, 1)
+    floats, counters = wd.scratch(DECODE, p)
+    assert counters == 8 * 7
+    assert floats == 8 * 7 * 4 * 128 * (128 // 64 * 16 // 2)  # a partial tile per split: 128 threads x 16 floats
+    assert wd.scratch(dict(DECODE, SPLIT_K=1), p) == (0, 0)
+
+
+TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+
+
+def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
+    return render("gemm", "wgmma_tf32x3", p, GEMM.problem(list(shape), "float32", layout))
+
+
+@pytest.mark.parametrize(
+    ("params", "layout", "shape"),
+    [
+        (TF32X3, "NN", (4096, 4096, 4096)),
+        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4), "NT", (4095, 4097, 4093)),
+        (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
+    ],  # fmt: skip
+)
+def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layout, shape):
+    """Aligned and misaligned variants (16-byte loads or scalar ones) in three layouts."""
+    assert wt.check(params) is None
+    r = rendered_tf32x3(params, layout, shape)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+    assert "serialized" not in c.log
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(PRODUCERS=4), ["PRODUCERS"]),
+        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(PRODUCERS=2), ["four warpgroups", "BN = 64"]),
+        (dict(BN=256), ["BN"]),
+        (dict(STAGES=5), ["STAGES"]),
+        (dict(ROUND=48), ["ROUND"]),
+        (dict(ROUND=32), ["from 64"]),
+        (dict(RASTER=0), ["RASTER"]),
+    ],  # fmt: skip
+)
+def test_a_broken_tf32x3_configuration_is_refused_by_the_check_and_the_template(change, words):
+    p = {**TF32X3, **change}
+    reason = wt.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered_tf32x3(p)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
