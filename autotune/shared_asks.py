@@ -180,7 +180,15 @@ class Asks:
                     break
             try:
                 self._create([p for p in jobs if p is not None])
+            except Exception:  # noqa: BLE001 - the thread goes on with the next batch
+                log.exception("the storage thread failed on a batch of trials")
             finally:
+                for p in jobs:  # never left waiting: one not claimed by now yields (its heartbeat lapses)
+                    if p is not None and not p.ready.is_set():
+                        p.holder = -1 if p.holder is None else p.holder
+                        if p.trial is not None:
+                            self.claims.release(p.trial)
+                        p.ready.set()
                 for _ in jobs:
                     self._jobs.task_done()
             if None in jobs:
@@ -215,9 +223,15 @@ class Asks:
     def _claim(self, pendings: list[Pending]) -> None:
         """Claim the just-created trials of ``pendings`` after one read of the study."""
         claims = self.claims
-        running = claims.sync() if pendings else []
+        try:
+            running = claims.sync() if pendings else []
+        except Exception as exc:  # noqa: BLE001 - a lost connection: none is claimed; their heartbeats lapse
+            log.warning("the shared study could not be read (%s)", exc)
+            running = None
         for p in pendings:
             try:
+                if running is None:
+                    raise RuntimeError("no read of the study")
                 other = claims.finished.get(p.key)  # finished by another worker meanwhile
                 same = lambda t, key=p.key: _config_key(t) == key  # noqa: E731
                 p.holder = other[0].number if other else claims.tie_break(p.trial, running, same)

@@ -1,15 +1,17 @@
 """Several workers on one Optuna study: claims of configurations, heartbeats, retries, one final re-timing.
 
-Every worker (a process with its own GPU, on this host or another) asks its own trials. A configuration it is
-about to evaluate is *claimed* in the storage, so every other worker sees it:
+Every worker (a process with its own GPU, on this host or another) proposes its own configurations (from a local
+copy of the study, :mod:`autotune.shared_asks`). A configuration it is about to evaluate is *claimed* in the
+storage, so every other worker sees it:
 
-1. Right after ``study.ask()`` the trial gets a heartbeat (RDB storages), so a worker killed from then on has its
-   trial failed by Optuna once the grace period has passed, and the configuration is enqueued again.
-2. Once the sampler has written all parameters, the worker re-reads the study. A configuration already finished
-   by another worker is answered from it. If a *lower-numbered* running trial holds the same configuration, this
-   one yields. If only higher-numbered ones do, it waits (milliseconds) for their verdict: the one that kept it
-   wins, one that yielded does not count. Every trial writes its parameters before it reads, so of two
-   claimants at least one sees the other; the one that sees a lower number yields, the lower one waits for the
+1. Its trial is created running, with its parameters and its owner in one write, and gets a heartbeat at once
+   (RDB storages), so a worker killed from then on has its trial failed by Optuna once the grace period has
+   passed (or, on this host, by its dead process id), and the configuration is enqueued again.
+2. Once created, the worker re-reads the study (one read for all the trials it created meanwhile). A configuration
+   already finished by another worker is answered from it. If a *lower-numbered* running trial holds the same
+   configuration, this one yields. If only higher-numbered ones do, it waits (milliseconds) for their verdict: the
+   one that kept it wins, one that yielded does not count. Every trial writes its parameters before it reads, so of
+   two claimants at least one sees the other; the one that sees a lower number yields, the lower one waits for the
    higher one's verdict, and so at most one keeps a configuration, whatever the interleaving.
 3. The verdict "kept" is the user attribute ``claim`` equal to the trial's own number (a retried copy of a trial
    carries its original's attributes, but not its number).
