@@ -124,7 +124,6 @@ def _summaries(dirs: list[Path], name: str = "replay_runs.json") -> list[Summary
 def kt(records: list[Path], strategies: list[str], runs: int, budget: int, out: Path) -> None:
     """Kernel Tuner's strategies in its simulation mode; every run's trajectory to <out>/replay_kt_runs.json."""
     import kernel_tuner
-    import kernel_tuner.searchspace
 
     _kt_neighbour_lists(kernel_tuner)
     store = out / "replay_kt_runs.json"
@@ -154,6 +153,8 @@ def _kt_neighbour_lists(kernel_tuner) -> None:  # type: ignore[no-untyped-def]
     """Kernel Tuner 1.5 keeps neighbour indices in lists but its Hamming neighbours come back as a numpy array, and
     appending to one later fails (AttributeError: 'numpy.ndarray' object has no attribute 'append', met on our H200
     record by the genetic algorithm). The same indices as a list: what its cache expects; nothing else changes."""
+    import kernel_tuner.searchspace
+
     space = kernel_tuner.searchspace.Searchspace
     if getattr(space.get_neighbors_indices_no_cache, "as_list", False):
         return
