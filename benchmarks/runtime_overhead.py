@@ -133,7 +133,7 @@ def main() -> int:
         {"measure": "per call, autotune.load(...) launcher", "shape": "64x64x64", "value": loaded, "unit": "us"},
         {"measure": "overhead of autotune.gemm over bare", "shape": "64x64x64", "value": ours - bare, "unit": "us"},
     ]
-    from launcher_overhead import rows as host_rows  # beside this script
+    from dropin_overhead import rows as host_rows  # beside this script
 
     for r in host_rows(20000):  # host time of each serving path, the drop-in's per-call cost
         rows.append({"measure": f"host per call, {r['what']}", "shape": "16x64x64 fp16", "value": r["host_us"],
