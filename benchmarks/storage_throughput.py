@@ -27,6 +27,7 @@ import contextlib
 import csv
 import datetime as dt
 import functools
+import hashlib
 import json
 import os
 import statistics
@@ -39,6 +40,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from autotune.bench import Timing  # noqa: E402
+from autotune.compiler import CompileResult  # noqa: E402
+from autotune.device import GPUInfo  # noqa: E402
+from autotune.evaluate import Compiled, Settings, Status, TrialResult  # noqa: E402
+from autotune.limits import SM90  # noqa: E402
 
 GOAL = 0.9
 
@@ -157,6 +164,73 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+# ---- --fake: a GPU stand-in (what the storage costs the search loop, without a GPU). Compiles return at once, each
+# candidate "runs" for a fixed time that overlaps the loop's asks (as the GPU worker's start/collect do), the measured
+# time is a fixed function of the configuration (a landscape for the sampler); sm_90's device limits.
+
+
+def fake_gpu() -> GPUInfo:
+    """sm_90's limits under a name of its own (its studies and result files never mix with a real GPU's)."""
+    return GPUInfo(
+        name="fake sm90", arch="sm_90", multiprocessors=132, max_shared_per_block=SM90.max_shared_per_block,
+        registers_per_block=SM90.registers_per_block, registers_per_sm=SM90.registers_per_sm,
+        shared_per_sm=SM90.shared_per_sm, threads_per_sm=SM90.threads_per_sm, l2_bytes=50 << 20, driver="none",
+        runtime="none",
+    )  # fmt: skip
+
+
+def instant_compile(source: str, kernel_name: str, arch: str) -> CompileResult:
+    return CompileResult(kernel_name, b"fake", "", 0.0, registers=64, static_smem=0, spill_stores=0, spill_loads=0)
+
+
+def fake_ms(c: Compiled) -> float:
+    """A landscape: larger tiles are faster, plus a fixed per-configuration scatter."""
+    params = c.candidate.config.as_dict()
+    tile = float(params.get("BM", 64)) * float(params.get("BN", 64))
+    scatter = int(hashlib.sha256(c.candidate.config.key.encode()).hexdigest()[:6], 16) / 0xFFFFFF
+    return 3.0 + 4096.0 / tile + scatter
+
+
+class FakeGPU:
+    """Takes ``measure_s`` per candidate; ``start`` returns at once and ``collect`` waits for the rest."""
+
+    def __init__(self, measure_s: float) -> None:
+        self.measure_s = measure_s
+        self._pending: tuple[Compiled, Settings, float] | None = None
+
+    def vendor(self, kernel, problem, plan):
+        return "fake-BLAS", Timing(4.0, 4.0, 4.0, 0.0, 5)
+
+    def start(self, c: Compiled, settings: Settings) -> None:
+        self._pending = (c, settings, time.perf_counter())
+
+    def collect(self) -> TrialResult:
+        assert self._pending is not None
+        c, _, t0 = self._pending
+        if c.status is None:
+            time.sleep(max(0.0, t0 + self.measure_s - time.perf_counter()))
+        return self._result(c)
+
+    def measure(self, c: Compiled, settings: Settings) -> TrialResult:
+        self.start(c, settings)
+        return self.collect()
+
+    def _result(self, c: Compiled) -> TrialResult:
+        if c.status is not None:
+            return TrialResult(c.status, c.reason, c.kernel_name, c.candidate.config)
+        ms = fake_ms(c)
+        return TrialResult(Status.COMPLETE, None, c.kernel_name, c.candidate.config, Timing(ms, ms, ms, 0.0, 5), 1e-7)
+
+
+@contextlib.contextmanager
+def fake_tools(measure_s: float, prefetch: int):
+    """(evaluator, compile pool, prefetch) for ``storage_throughput.run_once``."""
+    from autotune.compile_pool import CompilePool
+
+    with CompilePool("sm_90", 1, instant_compile) as compiler:
+        yield FakeGPU(measure_s), compiler, prefetch
+
+
 def setup(args: argparse.Namespace) -> tuple:
     """(spec, problem, gpu, tools, meta); AutotuneError or ValueError in one sentence."""
     from autotune.spec import load_spec
@@ -168,8 +242,6 @@ def setup(args: argparse.Namespace) -> tuple:
     if problem is None:
         raise ValueError(f"{args.spec} has no shape {args.shape}")
     if args.fake:
-        from benchmarks.fake_gpu import fake_gpu, fake_tools
-
         gpu = fake_gpu()
         tools = functools.partial(fake_tools, args.measure_ms / 1000, args.prefetch)
     else:
