@@ -4,9 +4,14 @@ std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``std
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one std::thread per CUDA thread,
 // blocks run one after another, __syncthreads is a std::barrier. Shared by the skinny and conv emulations.
@@ -291,16 +296,14 @@ inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigne
 """
 
 
-def run_split_k_gemm(tmp_path, source: str, shape, layout: str, alpha: float, beta: float, launch, b_offset: int,
-                     reps: int) -> float:  # fmt: skip
-    """Build an emulation (the kernel and one of the GEMM mains, T = float) with g++, run it `reps` times on random
-    normal A, B and C of ``shape`` (A stored transposed for layout "T."), B shifted by ``b_offset`` floats from
-    128-byte alignment; the relative Frobenius error of C against float64."""
+def run_split_k_gemm(tmp_path, header: str, body: str, shape, layout: str, alpha: float, beta: float, launch,
+                     b_offset: int, reps: int) -> float:  # fmt: skip
+    """Build an emulation (``header``: the shims; ``body``: the kernel and one of the GEMM mains, T = float) with
+    g++, run it `reps` times on random normal A, B and C of ``shape`` (A stored transposed for layout "T."), B
+    shifted by ``b_offset`` floats from 128-byte alignment; the relative Frobenius error of C against float64."""
     import numpy as np
 
-    (tmp_path / "k.cpp").write_text(source)
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([gxx(), *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(tmp_path, header, body)
     M, N, K = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(np.float32)
@@ -329,6 +332,69 @@ def gxx() -> str | None:
         text=True,
     )
     return gxx if probe.returncode == 0 else None
+
+
+FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
+# tests/conftest.py names a folder of the test session here; without it every build compiles from scratch.
+BUILD_CACHE_ENV = "AUTOTUNE_TEST_BUILD_CACHE"
+
+
+def build(tmp_path, header: str, body: str, flags: tuple[str, ...] = FLAGS) -> Path:
+    """Compile an emulation with g++: ``header`` (the CUDA shims, written to emu.h and included first), then
+    ``body`` (the host-adapted kernel and a main); the executable is tmp_path/k.
+
+    In a test session the same sources and flags are compiled once: a kernel's source does not depend on the
+    problem, and tests run one kernel on several shapes (the shapes and inputs are the executable's arguments and
+    files, so every run still happens). The header is precompiled once per text; a precompiled header that g++
+    cannot use is ignored and emu.h is read instead, so the cache changes only the time, never the build."""
+    compiler = gxx()
+    assert compiler, "build() needs g++ with C++20 <barrier> and _Float16 (see gxx())"
+    (tmp_path / "emu.h").write_text(header)
+    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{body}')
+    exe = tmp_path / "k"
+    cmd = [compiler, *flags, "-o", str(exe), str(tmp_path / "k.cpp")]
+    cache = os.environ.get(BUILD_CACHE_ENV)
+    if not cache:
+        subprocess.run(cmd, check=True)
+        return exe
+    folder = Path(cache) / "bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / _digest(compiler, *flags, header, body)
+    with _locked(kept.with_suffix(".lock")):  # another xdist worker may be building the same executable
+        if not kept.exists():
+            pch_flags = tuple(f for f in flags if not f.startswith("-D"))  # -D macros of the mains, not the header
+            (tmp_path / "emu.h.gch").symlink_to(_precompiled(Path(cache), compiler, header, pch_flags))
+            subprocess.run(cmd, check=True)
+            shutil.copy2(exe, kept.with_suffix(".tmp"))
+            os.replace(kept.with_suffix(".tmp"), kept)
+    if not exe.exists():
+        shutil.copy2(kept, exe)
+    return exe
+
+
+def _precompiled(cache: Path, compiler: str, header: str, flags: tuple[str, ...]) -> Path:
+    """The precompiled ``header`` (emu.h.gch) for these flags, built on first use."""
+    folder = cache / "pch" / _digest(compiler, *flags, header)
+    folder.mkdir(parents=True, exist_ok=True)
+    gch = folder / "emu.h.gch"
+    with _locked(folder / "lock"):
+        if not gch.exists():
+            (folder / "emu.h").write_text(header)
+            tmp = folder / "emu.h.gch.tmp"
+            subprocess.run([compiler, *flags, "-x", "c++-header", "-o", str(tmp), str(folder / "emu.h")], check=True)
+            os.replace(tmp, gch)
+    return gch
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 # Lane-exact emulation of the sm_90a wgmma wrappers of templates/gemm/skinny_wgmma.cu.j2 (wgmma.mma_async m64nNk8

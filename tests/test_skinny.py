@@ -15,7 +15,7 @@ import pytest
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
-from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, gxx
+from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NN", "TN")
@@ -205,11 +205,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;")
     src = src.replace("__shared__ int s_last;", "static int s_last;")
-    (tmp_path / "emu.h").write_text(EMU_HEADER)
-    (tmp_path / "main.inc").write_text(EMU_MAIN)
-    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {name}\n#include "main.inc"\n')
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(tmp_path, EMU_HEADER, f"{src}\n#define KERNEL {name}\n{EMU_MAIN}\n")
 
     M, N, K = shape
     rng = np.random.default_rng(0)
