@@ -102,7 +102,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 # The main of the split-K GEMM emulations (skinny, skinny_tc): reads a.bin, b.bin (B shifted by b_offset elements
 # from 128-byte alignment) and c.bin, runs the grid `reps` times on the same NaN-poisoned partials and counters
 # (the counters must be back at zero after each launch, and every launch must write the same bytes of C although
-# a different slice of K runs last each time: the last, the first, the middle one), writes out.bin. The kernel is KERNEL, its element
+# a different slice of K runs last each time: the last, the first, the middle one; launches that would repeat an
+# order are skipped, but a second launch always runs when asked), writes out.bin. The kernel is KERNEL, its element
 # type T; with MMA_PTX included each warp also gets its barrier.
 # The arguments and inputs of both GEMM mains (SPLIT_K_GEMM_MAIN, CLUSTER_MAIN): the problem, the launch, the operands.
 GEMM_MAIN_HEAD = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
@@ -135,7 +136,11 @@ SPLIT_K_GEMM_MAIN = (
   float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
   std::vector<unsigned> counters(2 * gridDim.x * gridDim.y, 0u);  // skinny_wgmma counts twice a tile
   std::vector<char> c, first;
-  for (int rep = 0; rep < reps; ++rep) {
+  // A launch past the distinct orders would repeat one (with 1 or 2 slices the middle one is the first or the
+  // last), so at most that many launches, but two whenever two are asked: the relaunch on the used counters.
+  const int orders = gridDim.z < 3 ? (int)gridDim.z : 3;
+  const int launches = std::min(reps, std::max(2, orders));
+  for (int rep = 0; rep < launches; ++rep) {
     c = c0;
     // Launch r runs slice last_z of K last (so it is the one to sum the split-K partials): the last slice, the
     // first, then the middle one, in turn; the others in order before it.

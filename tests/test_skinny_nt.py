@@ -17,6 +17,7 @@ from autotune.compiler import compile_source
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
+from autotune.templates import template_path
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -184,8 +185,11 @@ def test_check_problem():
 
 
 def test_params_kinds_and_the_family_registration():
-    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA", "PREFETCH")
-    assert nt.KINDS == (("MMA", "bool"), ("PREFETCH", "bool")) and nt.DESCRIPTION
+    # Every parameter is read by the template (else it would be a tuning dimension that changes nothing), every
+    # kind names a parameter, and the configurations here set exactly the parameters.
+    source = template_path("gemm", "skinny_nt").read_text()
+    assert [p for p in nt.PARAMS if not re.search(rf"\b{p}\b", source)] == []
+    assert set(dict(nt.KINDS)) <= set(nt.PARAMS)
     assert all(set(p) == set(nt.PARAMS) for p in GOOD.values())
     info = GEMM.templates["skinny_nt"]
     assert info.layouts == ("NT", "TT") and set(info.dtypes) == set(DTYPES)
