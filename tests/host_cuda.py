@@ -366,14 +366,16 @@ def build(tmp_path, header: str, body: str, flags: tuple[str, ...] = FLAGS) -> P
     folder.mkdir(parents=True, exist_ok=True)
     kept = folder / _digest(compiler, *flags, header, body)
     with _locked(kept.with_suffix(".lock")):  # another xdist worker may be building the same executable
-        if not kept.exists():
-            pch_flags = tuple(f for f in flags if not f.startswith("-D"))  # -D macros of the mains, not the header
-            (tmp_path / "emu.h.gch").symlink_to(_precompiled(Path(cache), compiler, header, pch_flags))
-            subprocess.run(cmd, check=True)
-            shutil.copy2(exe, kept.with_suffix(".tmp"))
-            os.replace(kept.with_suffix(".tmp"), kept)
-    if not exe.exists():
-        shutil.copy2(kept, exe)
+        if kept.exists():  # (over an executable an earlier build in this folder left)
+            shutil.copy2(kept, exe)
+            return exe
+        pch_flags = tuple(f for f in flags if not f.startswith("-D"))  # -D macros of the mains, not the header
+        gch = tmp_path / "emu.h.gch"
+        gch.unlink(missing_ok=True)
+        gch.symlink_to(_precompiled(Path(cache), compiler, header, pch_flags))
+        subprocess.run(cmd, check=True)
+        shutil.copy2(exe, kept.with_suffix(".tmp"))
+        os.replace(kept.with_suffix(".tmp"), kept)
     return exe
 
 
