@@ -7,13 +7,15 @@ architecture is given explicitly, so ``--compile-only`` and the CPU tests compil
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import re
 import shutil
 import struct
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import AutotuneError, HeadersNotFoundError
@@ -113,12 +115,40 @@ def target_arch(source: str, arch: str) -> str:
 
 def compile_source(source: str, kernel_name: str, arch: str, options: tuple[str, ...] = ()) -> CompileResult:
     """Compile one rendered candidate for ``arch`` (e.g. ``sm_90``). Never raises for a bad kernel."""
-    from cupy.cuda import nvrtc
-
     headers = tuple(sorted(set(_INCLUDE.findall(source)) - {"cuda_runtime.h"}))
     includes = include_dirs_for(headers)
     opts = [f"-arch={target_arch(source, arch)}", "-std=c++17", "--ptxas-options=-v", "-default-device", *options]
     opts += [f"-I{d}" for d in includes]
+    cache = _cache_file(source, kernel_name, opts)
+    if cache is not None and cache.is_file():
+        kept = json.loads(cache.read_text())
+        return CompileResult(**{**kept, "cubin": None if kept["cubin"] is None else bytes.fromhex(kept["cubin"])})
+    result = _compile(source, kernel_name, opts)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**asdict(result), "cubin": result.cubin.hex() if result.cubin else None}))
+        os.replace(tmp, cache)  # atomic: a concurrent reader sees the whole result or none
+    return result
+
+
+# Tests compile the same source many times (one configuration in several tests, and in several xdist workers):
+# with AUTOTUNE_COMPILE_CACHE naming a folder, a compile's result is kept there under the hash of everything that
+# decides it. Off unless set; the test suite sets it to a folder of its own session.
+COMPILE_CACHE_ENV = "AUTOTUNE_COMPILE_CACHE"
+
+
+def _cache_file(source: str, kernel_name: str, opts: list[str]) -> Path | None:
+    folder = os.environ.get(COMPILE_CACHE_ENV)
+    if not folder:
+        return None
+    key = "\0".join([nvrtc_version(), kernel_name, *opts, source]).encode()
+    return Path(folder) / f"{hashlib.sha256(key).hexdigest()}.json"
+
+
+def _compile(source: str, kernel_name: str, opts: list[str]) -> CompileResult:
+    from cupy.cuda import nvrtc
+
     start = time.perf_counter()
     prog = nvrtc.createProgram(source, f"{kernel_name}.cu", [], [])
     try:

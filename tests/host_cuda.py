@@ -4,9 +4,14 @@ std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``std
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one std::thread per CUDA thread,
 // blocks run one after another, __syncthreads is a std::barrier. Shared by the skinny and conv emulations.
@@ -97,7 +102,8 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
 # The main of the split-K GEMM emulations (skinny, skinny_tc): reads a.bin, b.bin (B shifted by b_offset elements
 # from 128-byte alignment) and c.bin, runs the grid `reps` times on the same NaN-poisoned partials and counters
 # (the counters must be back at zero after each launch, and every launch must write the same bytes of C although
-# a different slice of K runs last each time: the last, the first, the middle one), writes out.bin. The kernel is KERNEL, its element
+# a different slice of K runs last each time: the last, the first, the middle one; launches that would repeat an
+# order are skipped, but a second launch always runs when asked), writes out.bin. The kernel is KERNEL, its element
 # type T; with MMA_PTX included each warp also gets its barrier.
 # The arguments and inputs of both GEMM mains (SPLIT_K_GEMM_MAIN, CLUSTER_MAIN): the problem, the launch, the operands.
 GEMM_MAIN_HEAD = r"""// argv: dir M N K alpha beta gx gy gz threads smem_bytes b_offset reps
@@ -130,7 +136,11 @@ SPLIT_K_GEMM_MAIN = (
   float* partial = pbig.data() + (4 - ((uintptr_t)pbig.data() / 4) % 4) % 4;
   std::vector<unsigned> counters(2 * gridDim.x * gridDim.y, 0u);  // skinny_wgmma counts twice a tile
   std::vector<char> c, first;
-  for (int rep = 0; rep < reps; ++rep) {
+  // A launch past the distinct orders would repeat one (with 1 or 2 slices the middle one is the first or the
+  // last), so at most that many launches, but two whenever two are asked: the relaunch on the used counters.
+  const int orders = gridDim.z < 3 ? (int)gridDim.z : 3;
+  const int launches = std::min(reps, std::max(2, orders));
+  for (int rep = 0; rep < launches; ++rep) {
     c = c0;
     // Launch r runs slice last_z of K last (so it is the one to sum the split-K partials): the last slice, the
     // first, then the middle one, in turn; the others in order before it.
@@ -291,16 +301,14 @@ inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigne
 """
 
 
-def run_split_k_gemm(tmp_path, source: str, shape, layout: str, alpha: float, beta: float, launch, b_offset: int,
-                     reps: int) -> float:  # fmt: skip
-    """Build an emulation (the kernel and one of the GEMM mains, T = float) with g++, run it `reps` times on random
-    normal A, B and C of ``shape`` (A stored transposed for layout "T."), B shifted by ``b_offset`` floats from
-    128-byte alignment; the relative Frobenius error of C against float64."""
+def run_split_k_gemm(tmp_path, header: str, body: str, shape, layout: str, alpha: float, beta: float, launch,
+                     b_offset: int, reps: int) -> float:  # fmt: skip
+    """Build an emulation (``header``: the shims; ``body``: the kernel and one of the GEMM mains, T = float) with
+    g++, run it `reps` times on random normal A, B and C of ``shape`` (A stored transposed for layout "T."), B
+    shifted by ``b_offset`` floats from 128-byte alignment; the relative Frobenius error of C against float64."""
     import numpy as np
 
-    (tmp_path / "k.cpp").write_text(source)
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([gxx(), *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(tmp_path, header, body)
     M, N, K = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(np.float32)
@@ -329,6 +337,71 @@ def gxx() -> str | None:
         text=True,
     )
     return gxx if probe.returncode == 0 else None
+
+
+FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
+# tests/conftest.py names a folder of the test session here; without it every build compiles from scratch.
+BUILD_CACHE_ENV = "AUTOTUNE_TEST_BUILD_CACHE"
+
+
+def build(tmp_path, header: str, body: str, flags: tuple[str, ...] = FLAGS) -> Path:
+    """Compile an emulation with g++: ``header`` (the CUDA shims, written to emu.h and included first), then
+    ``body`` (the host-adapted kernel and a main); the executable is tmp_path/k.
+
+    In a test session the same sources and flags are compiled once: a kernel's source does not depend on the
+    problem, and tests run one kernel on several shapes (the shapes and inputs are the executable's arguments and
+    files, so every run still happens). The header is precompiled once per text; a precompiled header that g++
+    cannot use is ignored and emu.h is read instead, so the cache changes only the time, never the build."""
+    compiler = gxx()
+    assert compiler, "build() needs g++ with C++20 <barrier> and _Float16 (see gxx())"
+    (tmp_path / "emu.h").write_text(header)
+    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{body}')
+    exe = tmp_path / "k"
+    cmd = [compiler, *flags, "-o", str(exe), str(tmp_path / "k.cpp")]
+    cache = os.environ.get(BUILD_CACHE_ENV)
+    if not cache:
+        subprocess.run(cmd, check=True)
+        return exe
+    folder = Path(cache) / "bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / _digest(compiler, *flags, header, body)
+    with _locked(kept.with_suffix(".lock")):  # another xdist worker may be building the same executable
+        if kept.exists():  # (over an executable an earlier build in this folder left)
+            shutil.copy2(kept, exe)
+            return exe
+        pch_flags = tuple(f for f in flags if not f.startswith("-D"))  # -D macros of the mains, not the header
+        gch = tmp_path / "emu.h.gch"
+        gch.unlink(missing_ok=True)
+        gch.symlink_to(_precompiled(Path(cache), compiler, header, pch_flags))
+        subprocess.run(cmd, check=True)
+        shutil.copy2(exe, kept.with_suffix(".tmp"))
+        os.replace(kept.with_suffix(".tmp"), kept)
+    return exe
+
+
+def _precompiled(cache: Path, compiler: str, header: str, flags: tuple[str, ...]) -> Path:
+    """The precompiled ``header`` (emu.h.gch) for these flags, built on first use."""
+    folder = cache / "pch" / _digest(compiler, *flags, header)
+    folder.mkdir(parents=True, exist_ok=True)
+    gch = folder / "emu.h.gch"
+    with _locked(folder / "lock"):
+        if not gch.exists():
+            (folder / "emu.h").write_text(header)
+            tmp = folder / "emu.h.gch.tmp"
+            subprocess.run([compiler, *flags, "-x", "c++-header", "-o", str(tmp), str(folder / "emu.h")], check=True)
+            os.replace(tmp, gch)
+    return gch
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 # Lane-exact emulation of the sm_90a wgmma wrappers of templates/gemm/skinny_wgmma.cu.j2 (wgmma.mma_async m64nNk8

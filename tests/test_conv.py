@@ -21,7 +21,7 @@ from autotune.space import Config
 from autotune.spec import load_spec, parse_spec
 from autotune.store import entry_key
 from autotune.templates import render, template_path
-from tests.host_cuda import HEADER, MMA_PTX, gxx
+from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = FAMILIES["conv2d"]
@@ -332,14 +332,11 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
 def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name, header, smem_short=0):
     """Build a conv kernel's host-adapted source with ``header`` and EMU_MAIN, run it on fresh random inputs;
     (its output as float64 NCHW, the float64 reference on the same rounded inputs)."""
-    (tmp_path / "emu.h").write_text(header)
-    (tmp_path / "main.inc").write_text(EMU_MAIN)
-    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {kernel_name}\n#include "main.inc"\n')
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
+    flags = FLAGS
     need = CONV.scratch(template, params, problem)
     if need is not None:  # a split reduction (SPLIT_C): its partial sums and counters; launched twice
-        flags += [f"-DSCRATCH_FLOATS={need[0]}", f"-DSCRATCH_COUNTERS={need[1]}"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+        flags += (f"-DSCRATCH_FLOATS={need[0]}", f"-DSCRATCH_COUNTERS={need[1]}")
+    build(tmp_path, header, f"{src}\n#define KERNEL {kernel_name}\n{EMU_MAIN}\n", flags)
 
     p = problem
     dt = np.float16 if p.dtype == "float16" else np.float32

@@ -17,7 +17,7 @@ from autotune.evaluate import Candidate, Fixture, Settings, Status, finish, rend
 from autotune.kernels import conv_im2col
 from autotune.space import Config
 from autotune.templates import render
-from tests.host_cuda import HEADER, gxx
+from tests.host_cuda import HEADER, build, gxx
 from tests.test_conv import CONV
 
 evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
@@ -186,9 +186,12 @@ def test_emulated_im2col_matches_numpy(tmp_path, shape, threads, monkeypatch):
     r = render("conv2d", "im2col_gemm", params, p)
     im2col_part = r.source.split(f"\n// {r.kernel_name}\n")[0]  # the included GEMM starts with its name
     assert step.kernel_name in im2col_part and "mma.sync" not in im2col_part
-    (tmp_path / "k.cpp").write_text(f"{HEADER}\n{im2col_part}\n#define KERNEL {step.kernel_name}\n{EMU_MAIN}")
-    flags = ["-std=c++20", "-O1", "-pthread", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(
+        tmp_path,
+        HEADER,
+        f"{im2col_part}\n#define KERNEL {step.kernel_name}\n{EMU_MAIN}",
+        ("-std=c++20", "-O1", "-pthread", "-w"),
+    )
     x = np.random.default_rng(0).standard_normal((p.N, p.H, p.W, p.C)).astype(np.float16)
     x.tofile(tmp_path / "x.bin")
     dims = [*p.dims, p.P, p.Q]

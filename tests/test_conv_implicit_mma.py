@@ -21,7 +21,7 @@ from autotune.kernels import conv_implicit_mma as im
 from autotune.space import Config
 from autotune.spec import load_spec
 from autotune.templates import render
-from tests.host_cuda import HEADER, MMA_PTX, gxx
+from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
 from tests.test_conv import reference
 
 evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
@@ -205,12 +205,10 @@ def _build(tmp_path, params, problem, seed):
     decl = "extern __shared__ __align__(128) unsigned char smem_raw[];"
     assert decl in src
     src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
-    (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{MMA_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}"
+    flags = FLAGS + (("-DSPLIT",) if params.get("SPLIT_K", 1) > 1 else ())
+    build(
+        tmp_path, f"{HEADER}\n#include <memory>\n{MMA_PTX}", f"{src}\n#define KERNEL {r.kernel_name}\n{EMU_MAIN}", flags
     )
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    flags += ["-DSPLIT"] if params.get("SPLIT_K", 1) > 1 else []
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
     p = problem
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(np.float16)

@@ -18,7 +18,7 @@ from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_mma as mm
 from autotune.space import Config
 from autotune.templates import render
-from tests.host_cuda import HEADER, MMA_PTX, gxx
+from tests.host_cuda import HEADER, MMA_PTX, build, gxx
 
 GEMM = FAMILIES["gemm"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -293,11 +293,9 @@ def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
     src = src.replace(decl, "unsigned char* smem_raw = g_smem_base;")
     launch = GEMM.launch("mma", params, problem)
     pack = f"#define PACK {r.kernel_name}_pack\n" if launch.before else ""
-    (tmp_path / "k.cpp").write_text(
-        f"{HEADER}\n#include <memory>\n{EMU_PTX}\n{src}\n#define KERNEL {r.kernel_name}\n{pack}{EMU_MAIN}"
+    build(
+        tmp_path, f"{HEADER}\n#include <memory>\n{EMU_PTX}", f"{src}\n#define KERNEL {r.kernel_name}\n{pack}{EMU_MAIN}"
     )
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
 
     M, N, K = shape
     rng = np.random.default_rng(0)

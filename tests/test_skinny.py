@@ -15,7 +15,8 @@ import pytest
 from autotune.compiler import compile_source
 from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
-from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, gxx
+from autotune.templates import template_path
+from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NN", "TN")
@@ -165,10 +166,12 @@ def test_check_problem():
 
 
 def test_params_and_kinds():
-    assert sk.PARAMS == ("VEC", "TX", "TY", "MT", "KR", "SPLIT_K", "PREFETCH", "MINB")
-    assert dict(sk.KINDS) == {"PREFETCH": "bool"}
+    # Every parameter is read by the template (one that is not would be a tuning dimension that changes nothing),
+    # every kind names a parameter, and the configurations here set exactly the parameters.
+    source = template_path("gemm", "skinny").read_text()
+    assert [p for p in sk.PARAMS if not re.search(rf"\b{p}\b", source)] == []
+    assert set(dict(sk.KINDS)) <= set(sk.PARAMS)
     assert all(set(p) == set(sk.PARAMS) for p in GOOD.values())
-    assert sk.DESCRIPTION
 
 
 # --- the kernel's arithmetic, run on the host ---------------------------------------------------------
@@ -205,11 +208,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;")
     src = src.replace("__shared__ int s_last;", "static int s_last;")
-    (tmp_path / "emu.h").write_text(EMU_HEADER)
-    (tmp_path / "main.inc").write_text(EMU_MAIN)
-    (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{src}\n#define KERNEL {name}\n#include "main.inc"\n')
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(tmp_path, EMU_HEADER, f"{src}\n#define KERNEL {name}\n{EMU_MAIN}\n")
 
     M, N, K = shape
     rng = np.random.default_rng(0)

@@ -17,7 +17,8 @@ from autotune.compiler import compile_source
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
-from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx
+from autotune.templates import template_path
+from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
 GEMM = FAMILIES["gemm"]
@@ -184,8 +185,11 @@ def test_check_problem():
 
 
 def test_params_kinds_and_the_family_registration():
-    assert nt.PARAMS == ("VEC", "R", "WARPS_N", "WARPS_K", "U", "MT", "SPLIT_K", "MINB", "MMA", "PREFETCH")
-    assert nt.KINDS == (("MMA", "bool"), ("PREFETCH", "bool")) and nt.DESCRIPTION
+    # Every parameter is read by the template (else it would be a tuning dimension that changes nothing), every
+    # kind names a parameter, and the configurations here set exactly the parameters.
+    source = template_path("gemm", "skinny_nt").read_text()
+    assert [p for p in nt.PARAMS if not re.search(rf"\b{p}\b", source)] == []
+    assert set(dict(nt.KINDS)) <= set(nt.PARAMS)
     assert all(set(p) == set(nt.PARAMS) for p in GOOD.values())
     info = GEMM.templates["skinny_nt"]
     assert info.layouts == ("NT", "TT") and set(info.dtypes) == set(DTYPES)
@@ -252,9 +256,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float red[];", "float* red = g_smem;")
     src = src.replace("__shared__ int s_last;", "static int s_last;")
-    (tmp_path / "k.cpp").write_text(f"{HEADER}\n{MMA_PTX}\n{SHFL}\n{src}\n#define KERNEL {name}\n{SPLIT_K_GEMM_MAIN}")
-    flags = ["-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w"]
-    subprocess.run([compiler, *flags, "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    build(tmp_path, f"{HEADER}\n{MMA_PTX}\n{SHFL}", f"{src}\n#define KERNEL {name}\n{SPLIT_K_GEMM_MAIN}")
 
     M, N, K = shape
     rng = np.random.default_rng(0)

@@ -119,9 +119,9 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=la
     assert decl in src
     src = src.replace(decl, "float* smem = g_smem;").replace("__shared__ int s_last;", "static int s_last;")
     src = patch(src)
-    source = f"{HEADER}\n{MMA_PTX}\nusing T = float;\n{src}\n#define KERNEL {r.kernel_name}\n{SPLIT_K_GEMM_MAIN}"
+    body = f"using T = float;\n{src}\n#define KERNEL {r.kernel_name}\n{SPLIT_K_GEMM_MAIN}"
     launch = tc.launch(p, tc.Problem(*shape, "float32", layout))
-    return run_split_k_gemm(tmp_path, source, shape, layout, alpha, beta, launch, b_offset, reps)
+    return run_split_k_gemm(tmp_path, f"{HEADER}\n{MMA_PTX}", body, shape, layout, alpha, beta, launch, b_offset, reps)
 
 
 EMULATED = [

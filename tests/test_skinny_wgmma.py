@@ -167,9 +167,10 @@ def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=la
     bmap = f"host_tensor_map(bptr, N, K, 32, {map_rows or kc}, 128)"
     extra = f"#define KERNEL_EXTRA_ARGS , {amap}, {bmap}\n"
     main = f"#define KERNEL {r.kernel_name}\n{extra}{CLUSTER_MAIN if p['CLUSTER'] else SPLIT_K_GEMM_MAIN}"
-    source = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\n{TMA_PTX}\nusing T = float;\n{src}\n{main}"
+    header = f"{HEADER}\n{MMA_PTX}\n{WGMMA_PTX}\n{TMA_PTX}"
     launch = wg.launch(p, wg.Problem(*shape, "float32", layout))
-    return run_split_k_gemm(tmp_path, source, shape, layout, alpha, beta, launch, b_offset, reps)
+    return run_split_k_gemm(tmp_path, header, f"using T = float;\n{src}\n{main}", shape, layout, alpha, beta, launch,
+                            b_offset, reps)  # fmt: skip
 
 
 EMULATED = [
