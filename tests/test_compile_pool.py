@@ -79,15 +79,18 @@ def test_a_single_job_pool_keeps_submission_order():
         assert pool.first_ready(keys) == 0
 
 
-def _one_second_compile(source, kernel_name, arch):
-    time.sleep(1.0)
+def _half_second_compile(source, kernel_name, arch):
+    time.sleep(0.5)
     return fake_compile(source, kernel_name, arch)
 
 
 def test_time_in_the_queue_does_not_count_towards_the_compile_timeout():
-    """Six 1 s compiles on two processes: the last ones wait ~2 s in the queue, and none of them is hung."""
-    with CompilePool("sm_90", jobs=2, compile_fn=_one_second_compile, timeout_s=2.5) as pool:
-        keys = [pool.submit(rendered(bx, by)) for bx, by in [(8, 4), (16, 4), (32, 4), (8, 8), (16, 8), (32, 8)]]
+    """Twelve 0.5 s compiles on two processes: the last ones wait ~2.5 s in the queue, longer than the 2.5 s
+    timeout with their own compile, and none of them is hung (each compile leaves 2 s of slack for a loaded
+    machine)."""
+    shapes = [(bx, by) for by in (1, 2, 4, 8) for bx in (8, 16, 32)]
+    with CompilePool("sm_90", jobs=2, compile_fn=_half_second_compile, timeout_s=2.5) as pool:
+        keys = [pool.submit(rendered(bx, by)) for bx, by in shapes]
         results = [pool.result(k) for k in reversed(keys)]  # the last submitted waits longest
         assert all(r.ok for r in results), [r.error for r in results]
 
