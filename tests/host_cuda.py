@@ -72,7 +72,7 @@ inline std::vector<char> slurp(const std::string& path) {
 }
 // cp.async: each copy is held back until its thread waits for its group (cp.async.wait_group N lands all but the
 // newest N committed groups), the latest a GPU may land it, so a missing wait reads stale shared memory here too.
-// MMA_PTX's cp_async16/cp_async4 and the winograd template's copy helpers (tests/test_conv.py) queue copies here.
+// MMA_PTX's cp_async16/cp_async4 and the winograd template's copy helpers (tests/emulation/test_conv.py) queue copies here.
 struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; int size = 16; };
 thread_local std::vector<PendingCopy> t_open;                 // copies since the last commit
 thread_local std::vector<std::vector<PendingCopy>> t_groups;  // committed, not yet landed

@@ -5,7 +5,7 @@ Run from a checkout whose ``autotune`` is the one to capture (``PYTHONPATH`` at 
 
     PYTHONPATH=/path/to/checkout python tests/data/capture_kernel_fixture.py > tests/data/kernel_fixture.json
 
-tests/test_kernel_fixture.py recomputes the same record with the checkout under test and compares.
+tests/unit/test_kernel_fixture.py recomputes the same record with the checkout under test and compares.
 """
 
 from __future__ import annotations

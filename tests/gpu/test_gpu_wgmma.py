@@ -1,0 +1,109 @@
+"""GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
+divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
+the refusal of rows that are not whole 16 bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.kernels import FAMILIES
+from autotune.verify import tolerance_for
+from tests.gpu.test_gpu_gemm_variants import _launch_twice, _wrong_on
+from tests.gpu.test_gpu_gemm_variants import settings as settings  # the module's fixture
+
+pytestmark = pytest.mark.gpu
+GEMM = FAMILIES["gemm"]
+WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
+CONFIGS = [
+    WG,
+    dict(WG, BM=256, BN=128, STAGES=3, RASTER=1, CLUSTER_M=2),
+    dict(WG, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
+    dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, TMA_STORE=True),
+    dict(WG, BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2, CLUSTER_M=2),
+]
+# every extent a multiple of 8 (the maps' rows), none a multiple of the tiles; M and N odd where they lead no row
+SHAPES = [(8, 8, 8), (136, 264, 72), (1000, 1000, 1000), (2040, 2056, 2072), (520, 4104, 4088)]
+ODD = {"NN": [(129, 264, 40), (1, 4096, 4096)], "NT": [(129, 263, 72), (3, 4095, 4096)],
+       "TN": [(136, 264, 77)], "TT": [(136, 263, 72)]}  # fmt: skip
+
+
+def _needs_sm90(settings):
+    if settings.arch != "sm_90":
+        pytest.skip(f"wgmma is sm_90a code; this GPU is {settings.arch}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize(
+    "params", CONFIGS, ids=lambda p: "{BM}x{BN}c{CONSUMERS}s{STAGES}r{RASTER}cl{CLUSTER_M}st{TMA_STORE:d}".format(**p)
+)
+def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
+    """Shapes the configuration refuses (TMA_STORE with N % 8 != 0) are left out; the CPU tier checks refusals."""
+    _needs_sm90(settings)
+    shapes = [s for s in [*SHAPES, *ODD[layout]] if not (params["TMA_STORE"] and s[1] % 8)]
+    failures = _wrong_on(settings, "wgmma", dtype, layout, params, shapes)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
+    _needs_sm90(settings)
+    for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3])):
+        problem = GEMM.problem([264, 1000, 3000], dtype, layout)
+        errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)
+
+
+DECODE = [
+    dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=4),
+    dict(BW=64, MB=8, CONSUMERS=1, STAGES=8, SPLIT_K=1),
+    dict(BW=128, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=3),
+    dict(BW=256, MB=32, CONSUMERS=2, STAGES=3, SPLIT_K=8),
+]
+# M past MB (a second row of blocks), N no multiple of BW, K no multiple of a stage or shorter than the splits
+DECODE_SHAPES = [(1, 4096, 4096), (3, 1000, 1000), (16, 14336, 4096), (64, 4096, 14336), (100, 333, 72), (1, 8, 8)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("params", DECODE, ids=lambda p: "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p))
+def test_wgmma_decode_is_correct_in_nn_linear_layout(settings, dtype, params):
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma_decode", dtype, "NT", params, DECODE_SHAPES)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_decode_split_k_relaunches_with_alpha_beta(settings, dtype):
+    """The split-K counters are left zero, so a second launch on the same scratch sums right too."""
+    _needs_sm90(settings)
+    problem = GEMM.problem([5, 1000, 3000], dtype, "NT")
+    errors = _launch_twice(settings, "wgmma_decode", DECODE[0], problem, alpha=0.75, beta=-1.5)
+    assert all(e < tolerance_for(dtype) for e in errors), errors
+
+
+TF32X3 = [
+    dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8),
+    dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=4, ROUND=128, RASTER=1),
+    dict(BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=64, RASTER=3),
+    dict(BN=64, PRODUCERS=2, CONSUMERS=2, STAGES=4, ROUND=256, RASTER=8),
+]
+# odd extents and leading dimensions (scalar loads), K shorter than a stage, one stage, a few windows
+TF32X3_SHAPES = [(1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1000, 1000), (128, 4096, 4096), (4095, 4097, 4093)]
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize(
+    "params", TF32X3, ids=lambda p: "bn{BN}-p{PRODUCERS}-c{CONSUMERS}-s{STAGES}-r{ROUND}".format(**p)
+)
+def test_wgmma_tf32x3_meets_the_float32_tolerance(settings, layout, params):
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma_tf32x3", "float32", layout, params, TF32X3_SHAPES)
+    assert not failures, "\n".join(failures)
+
+
+def test_wgmma_tf32x3_relaunches_with_alpha_beta(settings):
+    _needs_sm90(settings)
+    for layout in ("NN", "TN"):
+        problem = GEMM.problem([300, 1001, 2999], "float32", layout)
+        errors = _launch_twice(settings, "wgmma_tf32x3", TF32X3[0], problem, alpha=0.75, beta=-1.5)
+        assert all(e < tolerance_for("float32") for e in errors), (layout, errors)
