@@ -151,6 +151,8 @@ class Launcher:
             args = self._args(a, b, out, alpha, beta, scratch)
         else:
             args = self._args(DevicePointer(a), DevicePointer(b), DevicePointer(out), alpha, beta, scratch)
+            # CuPy takes exact Python ints only: the template's own arguments hand the operands back as they came
+            args = tuple(int(x) if type(x) is DevicePointer else x for x in args)
         self._fn(self._grid, self._block, args, shared_mem=self._shared, stream=stream)
 
     def _pack(self, alpha: float, beta: float, scratch: tuple[Any, ...]) -> tuple[Any, ...] | bool:

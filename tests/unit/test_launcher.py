@@ -113,3 +113,30 @@ def test_the_call_observer_sees_pointer_launches():
     finally:
         hooks.set_call_observer(None)
     assert seen == [("gemm", "64x64x64")] and len(fn.launches) == 1
+
+
+def test_a_template_with_its_own_arguments_gets_plain_int_pointers(monkeypatch):
+    """A template that makes its own kernel arguments (wgmma_decode: tensor maps made from the operands'
+    addresses) sees the operands as objects with ``.data.ptr``, and CuPy receives exact ints (it refuses a
+    subclass of int), never the wrapper."""
+    from autotune.kernels import gemm_wgmma_decode
+
+    made = []
+
+    class Maps(gemm_wgmma_decode.TensorMaps):
+        def _map(self, which, ptr):
+            made.append((which, ptr))
+            return np.zeros(1, dtype=np.dtype((np.void, 128)))
+
+    params = dict(BW=64, MB=8, CONSUMERS=1, STAGES=4, SPLIT_K=1)
+    problem = GEMM.problem("1x4096x4096", "float16", "NT")
+    fn, s = Fn(), Stream(7)
+    ours = launcher.Launcher("gemm", problem, Choice("wgmma_decode", params, "exact", "test"), fn,
+                             Launch((64, 1, 1), (256, 1, 1), 0), "k",
+                             lambda: (np.zeros(1), np.zeros(1), Maps(params, problem)))  # fmt: skip
+    monkeypatch.setattr(launcher, "stream_key", lambda ptr: ptr)
+    ours.launch_ptrs(1024, 2048, 4096, 1.0, 0.0, s)
+    (args, _), = fn.launches  # fmt: skip
+    assert made == [(0, 1024), (1, 2048)]
+    assert args[:3] == (1024, 2048, 4096) and all(type(x) is int for x in args[:3])
+    assert not any(isinstance(x, launcher.DevicePointer) for x in args)
