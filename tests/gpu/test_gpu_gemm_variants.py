@@ -409,9 +409,10 @@ def test_split_k_launches_on_two_streams_do_not_share_scratch(tmp_path, monkeypa
     assert len(errors) == 2 and max(errors) < tolerance_for("float16"), errors
 
 
-def test_runtime_serves_the_stored_mma_winners(tmp_path, monkeypatch):
-    """tuned/ holds mma winners for fp16 4096^3 and 8192^3: the runtime loads them exactly, and the same
-    configurations serve a never-tuned aligned shape (nearest); the odd 4095x4097x4093 has its own entry."""
+def test_runtime_serves_the_stored_tensor_core_winners(tmp_path, monkeypatch):
+    """tuned/ holds wgmma winners for fp16 4096^3 and 8192^3 (mma's before 2026-12-02) and an mma one for the odd
+    4095x4097x4093: the runtime loads them exactly (with alpha and beta), and a never-tuned aligned shape is
+    served too (online choice or nearest)."""
     import cupy as cp
 
     import autotune
@@ -427,9 +428,9 @@ def test_runtime_serves_the_stored_mma_winners(tmp_path, monkeypatch):
         assert _rel(out, ref) < tolerance_for("float16"), (m, n, k)
         launcher = autotune.load("gemm", M=m, N=n, K=k, dtype="float16", layout="NN")
         if (m, n, k) == (4096, 4096, 4096):
-            assert launcher.provenance["step"] == "exact" and launcher.choice.template == "mma"
+            assert launcher.provenance["step"] == "exact" and launcher.choice.template == "wgmma"
         if m % 8:
-            assert launcher.provenance["step"] == "exact"
+            assert launcher.provenance["step"] == "exact" and launcher.choice.template == "mma"
 
 
 @pytest.mark.parametrize("template", ["skinny_tc", "skinny_wgmma"])

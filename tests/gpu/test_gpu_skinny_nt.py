@@ -36,12 +36,13 @@ def settings():
 
 
 def _space_sample(count: int, seed: int, mma: bool) -> list[dict]:
-    """``count`` configurations of configs/gemm_decode_nt.yaml's space that the module accepts, with MMA or not,
-    drawn at random."""
+    """``count`` skinny_nt configurations of configs/gemm_decode_nt.yaml's space (which also holds wgmma_decode's)
+    that the module accepts, with MMA or not, drawn at random."""
     from autotune.spec import load_spec
 
     spec = load_spec(ROOT / "configs" / "gemm_decode_nt.yaml")
     configs = [c.as_dict() for c in spec.space.enumerate()]
+    configs = [{k: v for k, v in p.items() if k != "TEMPLATE"} for p in configs if p.get("TEMPLATE") == "skinny_nt"]
     return random.Random(seed).sample([p for p in configs if nt.check(p) is None and p["MMA"] == mma], count)
 
 
