@@ -462,6 +462,7 @@ def test_measure_launches_split_k_with_its_scratch_after_the_conv_args(monkeypat
 
 
 def test_runtime_launcher_keeps_split_k_scratch_per_stream(monkeypatch):
+    from autotune import launcher as launcher_module
     from autotune import runtime
 
     p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
@@ -476,7 +477,7 @@ def test_runtime_launcher_keeps_split_k_scratch_per_stream(monkeypatch):
     launch = CONV.launch("implicit_mma", params, p)
     launcher = runtime.Launcher("conv2d", p, choice, FakeFn("k", log), launch, "k", new_scratch)
     stream = ["first"]
-    monkeypatch.setattr(runtime, "_stream_key", lambda: stream[0])
+    monkeypatch.setattr(launcher_module, "_stream_key", lambda: stream[0])
     launcher("x", "w", "y")
     launcher("x", "w", "y")
     stream[0] = "second"

@@ -82,5 +82,7 @@ def test_errors_name_what_is_wrong(monkeypatch):
 def test_a_refused_map_says_which(monkeypatch):
     tensormap._encode.cache_clear()
     monkeypatch.setattr(tensormap, "_encode", lambda: lambda *args: 1)  # CUDA_ERROR_INVALID_VALUE
-    with pytest.raises(tensormap.TensorMapError, match=r"64 x 96 float32 map with 32 x 16 boxes \(CUresult 1\)"):
+    with pytest.raises(
+        tensormap.TensorMapError, match=r"64 x 96 map of 4-byte elements with 32 x 16 boxes \(CUresult 1\)"
+    ):
         tensormap.tiled_2d_f32(0x10000, 96, 64, 384, (32, 16))
