@@ -197,12 +197,12 @@ def tune_shape(
     ``final=False`` (a slice of ``autotune run workload.yaml``, which re-times once per problem at the end of the
     run): no re-timing of the finalists; the best is the fastest verified trial as the search timed it.
     """
-    study, name, sampler = _open_study(spec, problem, storage, gpu_key, prep, strategy, shared)
+    study, name = _open_study(spec, problem, storage, gpu_key, prep, strategy)
     if spec.measures_energy:
         settings = replace(settings, energy=True)
     if spec.objectives != ("time",):
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
-    feasible, state = _resume(spec, problem, settings, study, storage, sampler if shared else None, prep)
+    feasible, state = _resume(spec, problem, settings, study, storage, shared, prep)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     loop = _Loop(spec, problem, settings, study, state, compiler, prep, strategy, prefetch, trials,
                  _proposals(spec, state, feasible))  # fmt: skip
@@ -218,33 +218,30 @@ def tune_shape(
 
 
 def _open_study(spec: Spec, problem: Any, storage: Any, gpu_key: str, prep: Preparation,
-                strategy: Strategy | None, shared: bool = False) -> tuple[Any, str, Any]:  # fmt: skip
-    """The shape's study (created, or loaded to resume), its name and the sampler. A ``shared`` study's sampler
-    proposes from a local copy of it (autotune.shared_asks); the shared study itself gets a random sampler that
-    is never asked for a parameter."""
+                strategy: Strategy | None) -> tuple[Any, str]:  # fmt: skip
+    """The shape's study (created, or loaded to resume) and its name."""
     import optuna
 
     name = prep.study_name(spec, problem, gpu_key) if gpu_key else prep.study_name(spec, problem)
     sampler = strategy.sampler if strategy is not None else make_sampler(spec.sampler, spec.seed)
     study = optuna.create_study(
-        study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler() if shared else sampler,
+        study_name=name, storage=storage, sampler=sampler,
         directions=["minimize"] * len(spec.objectives), load_if_exists=True,
     )  # fmt: skip
-    return study, name, sampler
+    return study, name
 
 
-def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: Any, shared_sampler: Any,
+def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: Any, shared: bool,
             prep: Preparation) -> tuple[list[Config], _State]:  # fmt: skip
     """The feasible configurations, and the loop's state with the study's finished trials in it (orphans of a
-    shared study handed back for retrying). ``shared_sampler``: the study is shared, and this sampler proposes
-    from its local copy."""
+    shared study handed back for retrying)."""
     orphans = failed_orphans(study, storage)
     feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
-    if shared_sampler is not None:
+    if shared:
         from .shared_study import Claims, retry
 
-        state.claims = Claims(study, storage, shared_sampler, spec.objectives)
+        state.claims = Claims(study, storage)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -330,8 +327,6 @@ def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: 
             return f"time budget of {minutes:g} min reached"
         trial, c, handle = item
         compiled = loop.prep.finish(c, compiler.result(handle), settings) if handle is not None else c
-        if state.claims and not state.claims.asks.kept(trial):  # another worker has it: not evaluated here
-            continue
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
@@ -340,10 +335,9 @@ def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: 
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
-        if state.claims:  # the shared trial (attributes and state only) and the sampler's local copy
-            state.claims.asks.tell(trial, r, spec.objectives)
-        else:
-            _tell(loop.study, trial, r, objectives=spec.objectives)
+        _tell(loop.study, trial, r, objectives=spec.objectives)
+        if state.claims:
+            state.claims.release(trial)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
 
@@ -353,11 +347,10 @@ def _free_unevaluated(study: Any, state: _State, inflight: deque[tuple[Any, Comp
     from optuna.trial import TrialState
 
     for trial, _, _ in inflight:
-        if state.claims:
-            state.claims.asks.abandon(trial)
-            continue
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
+        if state.claims:
+            state.claims.release(trial)
 
 
 def _final(spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
@@ -436,56 +429,56 @@ def _ask_one(
 ) -> tuple[Any, Compiled] | None:  # fmt: skip
     """The next new, valid candidate, rendered; None once the space looks exhausted.
 
-    Duplicates are answered from the study and invalid configurations recorded, neither compiled. A shared study's
-    sampler proposes from a local copy, and only a new, valid configuration becomes a trial of the shared study.
+    Duplicates are answered from the study and invalid configurations recorded, neither compiled.
     """
     from optuna.trial import TrialState
 
     repaired: dict[str, Any] | None = None
     suggest = strategy.suggest if strategy is not None else suggest_choice
-    claims = state.claims
-    asking = claims.asks.local if claims else study  # where the sampler proposes and learns
     while True:
-        elsewhere = claims.others(state) if claims else 0
+        elsewhere = state.claims.others(state) if state.claims else 0
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
             return None
-        fixed, repaired = repaired if repaired is not None else _next_fixed(state, proposals), None
-        if fixed is None and spec.sampler in ("brute", "random") and not (claims and claims.retries):
+        fixed, repaired = repaired if repaired is not None else next(proposals, None), None
+        if fixed is None and spec.sampler in ("brute", "random") and not (state.claims and state.claims.retries):
             return None
-        trial = claims.asks.ask(fixed) if claims else _ask_owned(study, fixed)
+        trial = _ask_owned(study, fixed)
+        if state.claims:
+            state.claims.asked(trial)
         values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:
             prev_trial, prev = state.seen[config.key]
-            _tell(asking, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
+            _tell(study, trial, prev, {"duplicate_of": prev_trial.number}, spec.objectives)
             state.stale += 1
             if prev.status is Status.INVALID:  # an infeasible proposal again: repaired like the first time
                 repaired = _repair(state, values, inflight)
             continue
         if config.key in inflight:  # already on its way: try again
             trial.set_user_attr("duplicate_of", -1)
-            asking.tell(trial, state=TrialState.PRUNED)
+            study.tell(trial, state=TrialState.PRUNED)
             state.stale += 1
             continue
         candidate = Candidate(spec.kernel, spec.template, problem, config)
         reason = spec.space.violated(values) or prep.check(candidate, settings)
         if reason:
             r = TrialResult(Status.INVALID, reason, "", config)
-            _tell(asking, trial, r, objectives=spec.objectives)
+            _tell(study, trial, r, objectives=spec.objectives)
             state.record(trial, r, new=True)
             state.stale += 1
             repaired = _repair(state, values, inflight)  # evaluated next, instead of another ask
             continue
+        holder = state.claims.claim(trial, config.key, state) if state.claims else None
+        if holder is not None:  # another worker holds it, or has finished it (then answered from its result)
+            if config.key in state.seen:
+                _tell(study, trial, state.seen[config.key][1], {"duplicate_of": holder}, spec.objectives)
+            else:
+                trial.set_user_attr("duplicate_of", holder)
+                study.tell(trial, state=TrialState.PRUNED)
+            state.stale += 1
+            continue
         state.stale = 0
-        if claims:  # written to the shared study and claimed there in the background (autotune.shared_asks)
-            trial = claims.asks.submit(trial, config.key)
         return trial, prep.render(candidate, settings)
-
-
-def _next_fixed(state: _State, proposals: Iterator[dict[str, Any]]) -> dict[str, Any] | None:
-    """The configuration to propose next instead of the sampler: a dead worker's, then ``proposals``; else None."""
-    retried = state.claims.take_retry() if state.claims and state.claims.retries else None
-    return retried if retried is not None else next(proposals, None)
 
 
 def _ask_owned(study: Any, fixed: dict[str, Any] | None) -> Any:

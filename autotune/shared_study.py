@@ -1,17 +1,15 @@
 """Several workers on one Optuna study: claims of configurations, heartbeats, retries, one final re-timing.
 
-Every worker (a process with its own GPU, on this host or another) proposes its own configurations (from a local
-copy of the study, :mod:`autotune.shared_asks`). A configuration it is about to evaluate is *claimed* in the
-storage, so every other worker sees it:
+Every worker (a process with its own GPU, on this host or another) asks its own trials. A configuration it is
+about to evaluate is *claimed* in the storage, so every other worker sees it:
 
-1. Its trial is created running, with its parameters and its owner in one write, and gets a heartbeat at once
-   (RDB storages), so a worker killed from then on has its trial failed by Optuna once the grace period has
-   passed (or, on this host, by its dead process id), and the configuration is enqueued again.
-2. Once created, the worker re-reads the study (one read for all the trials it created meanwhile). A configuration
-   already finished by another worker is answered from it. If a *lower-numbered* running trial holds the same
-   configuration, this one yields. If only higher-numbered ones do, it waits (milliseconds) for their verdict: the
-   one that kept it wins, one that yielded does not count. Every trial writes its parameters before it reads, so of
-   two claimants at least one sees the other; the one that sees a lower number yields, the lower one waits for the
+1. Right after ``study.ask()`` the trial gets a heartbeat (RDB storages), so a worker killed from then on has its
+   trial failed by Optuna once the grace period has passed, and the configuration is enqueued again.
+2. Once the sampler has written all parameters, the worker re-reads the study. A configuration already finished
+   by another worker is answered from it. If a *lower-numbered* running trial holds the same configuration, this
+   one yields. If only higher-numbered ones do, it waits (milliseconds) for their verdict: the one that kept it
+   wins, one that yielded does not count. Every trial writes its parameters before it reads, so of two
+   claimants at least one sees the other; the one that sees a lower number yields, the lower one waits for the
    higher one's verdict, and so at most one keeps a configuration, whatever the interleaving.
 3. The verdict "kept" is the user attribute ``claim`` equal to the trial's own number (a retried copy of a trial
    carries its original's attributes, but not its number).
@@ -32,15 +30,30 @@ from types import SimpleNamespace
 from typing import Any
 
 from .bench import Timing
-from .shared_asks import FINAL_MARK, Asks, _config_key
 from .space import Config
-from .study_database import MAX_RETRIES, retry  # noqa: F401 - retry re-exported: the search hands orphans to it
 
 log = logging.getLogger(__name__)
 
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 2.0  # how often a worker looks for stale or orphaned trials of other workers
+MAX_RETRIES = 3  # a configuration whose worker died this often is not enqueued again
+FINAL_MARK = "final_retiming"
 WAIT_FOR_OTHERS_S = 140.0  # how long a worker out of candidates waits for the others' (a dead one's: grace + retry)
+
+
+def retry(study: Any, trial: Any) -> None:
+    """Enqueue the configuration of a failed trial of a dead worker again, up to MAX_RETRIES times.
+
+    Like Optuna's ``RetryHeartbeatStaleTrialCallback``, but the copy carries none of the dead worker's attributes
+    (its owner, its claim), so nothing mistakes the copy for the dead trial.
+    """
+    if _config_key(trial) is None:
+        return
+    retries = trial.user_attrs.get("retries", 0)
+    if retries >= MAX_RETRIES:
+        log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
+        return
+    study.enqueue_trial(dict(trial.params), user_attrs={"retry_of": trial.number, "retries": retries + 1})
 
 
 def _heartbeat_storage(storage: Any) -> Any | None:
@@ -50,6 +63,13 @@ def _heartbeat_storage(storage: Any) -> Any | None:
     if isinstance(storage, RDBStorage) and storage.get_heartbeat_interval():
         return storage
     return None
+
+
+def _config_key(t: Any) -> str | None:
+    """The configuration a trial holds, or None for a bookkeeping trial (the final re-timing's claim)."""
+    if FINAL_MARK in t.user_attrs or not t.params:
+        return None
+    return Config.of(t.params).key
 
 
 def _kept(t: Any) -> bool:
@@ -64,7 +84,7 @@ def _complete(trials: list[Any]) -> int:
 def _result(t: Any, config: Config | None = None) -> Any | None:
     """The search's result of a finished trial of another worker; None if it holds none (a duplicate, a yield,
     an interrupted or unevaluated trial)."""
-    from .trial_record import result_from_trial
+    from .search import result_from_trial
 
     status = t.user_attrs.get("status")
     if status in (None, "interrupted", "unevaluated") or "duplicate_of" in t.user_attrs:
@@ -75,25 +95,19 @@ def _result(t: Any, config: Config | None = None) -> Any | None:
 class Claims:
     """One worker's view of a shared study: what other workers hold and have finished, and its heartbeats."""
 
-    def __init__(self, study: Any, storage: Any, sampler: Any, objectives: tuple[str, ...]) -> None:
+    def __init__(self, study: Any, storage: Any) -> None:
         import threading
-        from collections import deque
 
         self.study, self.storage = study, storage  # the storage the study was opened on (public API only)
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.heartbeat = _heartbeat_storage(storage)
-        self.objectives = objectives
         trials = study.get_trials(deepcopy=False)
-        self.finished: dict[str, tuple[Any, Any]] = {}  # config key -> (trial, result) finished by other workers
-        self._arrived: deque = deque()  # (trial, result) of theirs read but not yet recorded by the search
-        self._sync_lock = threading.Lock()
         self.start_number = max((t.number for t in trials), default=-1)  # final claims up to here are old
         self.mine: set[int] = set()  # numbers of this worker's trials
-        self.done = {t.number for t in trials if t.state.is_finished()}  # finished trials already synced
+        self.done: set[int] = set()  # finished trials already synced
         self.elsewhere = 0  # running trials of other workers that hold (or are claiming) a configuration
         self.held: set[str] = set()  # their configurations
         self.retries = 0  # configurations of dead workers' trials waiting to be evaluated again
-        self.retried: set[str | None] = set()  # their keys (None: a retry of an older autotune, key unknown)
         self.final_claimed = ""  # owner of a final re-timing claimed since this worker started the shape
         self._held: set[int] = set()  # trial ids this worker heartbeats
         self._lock = threading.Lock()
@@ -101,7 +115,6 @@ class Claims:
         self._last_maintained = 0.0
         self._busy_since: float | None = None
         self._thread = None
-        self.asks = Asks(self, sampler, trials)  # where ``sampler`` proposes; the storage thread
         if self.heartbeat is not None:
             self._thread = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
             self._thread.start()
@@ -118,6 +131,15 @@ class Claims:
                 except Exception as exc:  # noqa: BLE001 - a lost connection: the next beat tries again
                     log.warning("heartbeat failed: %s", exc)
 
+    def asked(self, trial: Any) -> None:
+        """A trial was just asked: from now on its death is noticed (a stale heartbeat, or a dead process of
+        this host) and its configuration retried."""
+        self.mine.add(trial.number)
+        if self.heartbeat is not None:
+            self.heartbeat.record_heartbeat(self.trial_id(trial))
+        else:  # a journal: a dead process of this host is told by its id
+            trial.set_user_attr("owner", _owner())
+
     def hold(self, trial: Any) -> None:
         with self._lock:
             self._held.add(self.trial_id(trial))
@@ -128,26 +150,9 @@ class Claims:
 
     def trial_id(self, trial: Any) -> int:
         """The storage's id of a trial of this study (Trial and FrozenTrial keep theirs private)."""
-        number = trial.number
-        if number not in self.asks.ids:
-            self.asks.ids[number] = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
-        return self.asks.ids[number]
-
-    def started(self, trial: Any) -> None:
-        """A trial of this worker was just created: from now on its death is noticed (a stale heartbeat, or a
-        dead process of this host: its owner) and its configuration retried. Heartbeated until released."""
-        self.mine.add(trial.number)
-        if self.heartbeat is not None:
-            self.heartbeat.record_heartbeat(self.trial_id(trial))
-        self.hold(trial)
-
-    def take_retry(self) -> dict[str, Any] | None:
-        """A dead worker's configuration to evaluate again, or None if none waits any more."""
-        self.retries -= 1
-        return self.asks.take_retry()
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
     def close(self) -> None:
-        self.asks.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -158,7 +163,7 @@ class Claims:
         their configurations again; at most every MAINTAIN_S seconds."""
         import optuna
 
-        from .study_storage import failed_orphans
+        from .search import failed_orphans
 
         now = time.monotonic()
         if now - self._last_maintained < MAINTAIN_S:
@@ -171,34 +176,16 @@ class Claims:
         for t in failed_orphans(self.study, self.storage):
             retry(self.study, t)
 
-    def sync(self, state: Any = None) -> list[Any]:
-        """Read the study: note other workers' finished results (recorded in ``state`` by the search's thread);
-        return the running trials."""
-        with self._sync_lock:
-            running = self._sync()
-        if state is not None:
-            self._record(state)
-        return running
-
-    def _record(self, state: Any) -> None:
-        """Record the results of other workers read since the last call in ``state``, and for the sampler."""
-        while self._arrived:
-            t, r = self._arrived.popleft()
-            self.asks.learn(t)
-            if r.config.key not in state.seen:
-                state.record(t, r, new=False)
-
-    def _sync(self) -> list[Any]:
+    def sync(self, state: Any) -> list[Any]:
+        """Read the study: record other workers' finished results in ``state``; return the running trials."""
         from optuna.trial import TrialState
 
         self.maintain()
-        running, held, retried, retries, elsewhere = [], set(), set(), 0, 0
+        running, held, retries, elsewhere = [], set(), 0, 0
         for t in self.study.get_trials(deepcopy=False):
             final = FINAL_MARK in t.user_attrs and t.number > self.start_number
             if t.state is TrialState.WAITING:
-                if "retry_of" in t.user_attrs:
-                    retries += 1
-                    retried.add(Config.of(t.user_attrs["config"]).key if "config" in t.user_attrs else None)
+                retries += "retry_of" in t.user_attrs
             elif t.state is TrialState.RUNNING:
                 running.append(t)
                 if t.number not in self.mine and _config_key(t) is not None:  # held, or being claimed
@@ -212,17 +199,15 @@ class Claims:
                     continue
                 if final and _kept(t):
                     self.final_claimed = self.final_claimed or t.user_attrs.get("owner", "another worker")
-                r = _result(t)
-                if r is not None:
-                    self.finished.setdefault(r.config.key, (t, r))
-                    self._arrived.append((t, r))
-        self.elsewhere, self.held, self.retries, self.retried = elsewhere, held, retries, retried
+                r = _result(t) if state is not None else None
+                if r is not None and r.config.key not in state.seen:
+                    state.record(t, r, new=False)
+        self.elsewhere, self.held, self.retries = elsewhere, held, retries
         return running
 
     def others(self, state: Any) -> int:
         """How many configurations not yet finished other workers hold: for the study's budget and to tell
-        when the space is exhausted. Records the other workers' results read meanwhile first."""
-        self._record(state)
+        when the space is exhausted."""
         return len(self.held - state.seen.keys())
 
     def busy(self, state: Any, can_ask: bool) -> bool:
@@ -236,11 +221,17 @@ class Claims:
         if now - self._busy_since > WAIT_FOR_OTHERS_S:
             log.warning("other workers still hold %d configurations; ending the search without them", self.elsewhere)
             return False
-        # A retried configuration evaluated since (two workers may both fail a dead one's trial) waits for nobody.
-        retries = self.retried - state.seen.keys()
-        return bool(self.elsewhere or (can_ask and retries and not self.final_claimed))
+        return bool(self.elsewhere or (can_ask and self.retries and not self.final_claimed))
 
-    def tie_break(self, trial: Any, running: list[Any], same: Callable[[Any], bool]) -> int | None:
+    def claim(self, trial: Any, key: str, state: Any) -> int | None:
+        """Claim configuration ``key`` for ``trial``: None if it is this worker's to evaluate now, else the
+        number of the trial that has it (finished: it is then in ``state.seen``; running: another worker's)."""
+        running = self.sync(state)
+        if key in state.seen:
+            return state.seen[key][0].number
+        return self._tie_break(trial, running, lambda t: _config_key(t) == key)
+
+    def _tie_break(self, trial: Any, running: list[Any], same: Callable[[Any], bool]) -> int | None:
         """None if ``trial`` keeps its claim against the running trials that claim the ``same``; else the number
         of the trial that keeps it."""
         rivals = [t for t in running if t.number != trial.number and same(t)]
@@ -279,10 +270,12 @@ class Claims:
         """
         from optuna.trial import TrialState
 
-        self.asks.flush()  # this worker's results are in the study the finalists come from
         for _ in range(MAX_RETRIES):  # a claimant that dies before it re-times leaves the claim to another
-            # Its owner re-times, for the others' tables; bookkeeping, not a configuration: reports skip it.
-            marker = self.asks.new_trial({"duplicate_of": -1, FINAL_MARK: True})
+            marker = self.study.ask()
+            self.asked(marker)
+            marker.set_user_attr("owner", _owner())  # who re-times, for the others' tables
+            marker.set_user_attr("duplicate_of", -1)  # bookkeeping, not a configuration: reports skip it
+            marker.set_user_attr(FINAL_MARK, marker.number)
             winner = self._final_winner(marker, self.sync(state))
             if winner is None:
                 try:
@@ -291,10 +284,9 @@ class Claims:
                     self._publish(marker, best, vendor)
                 finally:
                     self.release(marker)
-                    self.study.tell(marker, state=TrialState.FAIL, skip_if_finished=True)
+                    self.study.tell(marker, state=TrialState.FAIL)
                 return best, front, vendor, ""
-            self.release(marker)
-            self.study.tell(marker, state=TrialState.FAIL, skip_if_finished=True)
+            self.study.tell(marker, state=TrialState.FAIL)
             result = self._await_final(winner, vendor)
             if result is not None:
                 return result
@@ -310,7 +302,7 @@ class Claims:
         for t in reversed(trials):
             if t.state.is_finished() and t.user_attrs.get("final_basis") == complete and "final_result" in t.user_attrs:
                 return t
-        number = self.tie_break(marker, running, lambda t: FINAL_MARK in t.user_attrs)
+        number = self._tie_break(marker, running, lambda t: FINAL_MARK in t.user_attrs)
         return None if number is None else next(t for t in trials if t.number == number)
 
     def _wait_for_others(self, state: Any) -> None:
@@ -325,7 +317,7 @@ class Claims:
 
     def _publish(self, marker: Any, best: Any, vendor: Any) -> None:
         """Leave the final verdict in the claim's attributes for the other workers."""
-        from .trial_record import result_attrs
+        from .search import result_attrs
 
         marker.set_user_attr("final_vendor", [vendor[0], asdict(vendor[1])] if vendor else None)
         if best is not None:

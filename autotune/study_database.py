@@ -1,13 +1,12 @@
 """Opening an Optuna RDB storage (PostgreSQL, MySQL, SQLite) for workers that share it.
 
 Heartbeats are on: a trial of a worker that died is failed after a grace period and its configuration enqueued
-again (:func:`retry`). ``postgresql://`` gets the driver that is installed, and workers that
+again (:func:`autotune.shared_study.retry`). ``postgresql://`` gets the driver that is installed, and workers that
 open an empty database together all get its tables.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 import warnings
@@ -18,17 +17,16 @@ from .errors import AutotuneError
 HEARTBEAT_S = 5  # a worker records a heartbeat for each trial it holds this often
 GRACE_S = 20  # a trial whose last heartbeat is older than this is failed and its configuration retried
 SCHEMA_ATTEMPTS = 5  # tries to open a database whose tables other workers are creating at the same moment
-MAX_RETRIES = 3  # a configuration whose worker died this often is not enqueued again
-
-log = logging.getLogger(__name__)
 
 
 def rdb_storage(url: str, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S) -> Any:
     """An Optuna RDB storage for ``url`` with heartbeats: a trial of a killed worker is failed after
-    ``grace_s`` seconds and its configuration enqueued again (the heartbeat callback: :func:`retry`)."""
+    ``grace_s`` seconds and its configuration enqueued again (the heartbeat callback: ``shared_study.retry``)."""
     import inspect
 
     import optuna
+
+    from .shared_study import retry
 
     url = with_driver(url)
     params = inspect.signature(optuna.storages.RDBStorage).parameters
@@ -81,22 +79,3 @@ def _redact(url: str) -> str:
     scheme, _, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")
     return f"{scheme}://{creds.split(':')[0]}:***@{host}" if at and ":" in creds else url
-
-
-def retry(study: Any, trial: Any) -> None:
-    """Enqueue the configuration of a failed trial of a dead worker again, up to MAX_RETRIES times.
-
-    Like Optuna's ``RetryHeartbeatStaleTrialCallback``, but the copy carries none of the dead worker's attributes
-    (its owner, its claim), so nothing mistakes the copy for the dead trial; its configuration is also in its
-    attributes (``config``), for the worker that takes it up (autotune.shared_asks).
-    """
-    from .shared_asks import _config_key
-
-    if _config_key(trial) is None:
-        return
-    retries = trial.user_attrs.get("retries", 0)
-    if retries >= MAX_RETRIES:
-        log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
-        return
-    params = dict(trial.params)
-    study.enqueue_trial(params, user_attrs={"retry_of": trial.number, "retries": retries + 1, "config": params})

@@ -46,8 +46,8 @@ def pg_url() -> str:
 
 
 class LoggingEvaluator(FakeEvaluator):
-    """Logs ``<shape> begin|search|retime|final <config key>`` lines: ``begin`` before the (slow) evaluation of the
-    search, ``retime`` before a re-timing of a finalist, then ``search`` or ``final`` once it has ended."""
+    """Logs ``<shape> begin|search|final <config key>`` lines: ``begin`` before the (slow) evaluation, then
+    ``search`` or ``final`` (the re-timing of the finalists) once it has ended."""
 
     def __init__(self, path: Path, delay: float) -> None:
         super().__init__(delay=delay)
@@ -58,7 +58,7 @@ class LoggingEvaluator(FakeEvaluator):
             return super().measure(c, settings)
         shape, key = c.candidate.problem.label, c.candidate.config.key
         phase = "final" if settings.timing == FINAL_PLAN else "search"
-        self._write(f"{shape} {'retime' if phase == 'final' else 'begin'} {key}")
+        self._write(f"{shape} begin {key}")
         r = super().measure(c, settings)
         self._write(f"{shape} {phase} {key}")
         return r
@@ -79,11 +79,9 @@ def worker_main(argv: list[str]) -> None:
     spec_path, storage_url, gpu_key, log, trials, delay = argv[:6]
     if "--remote" in argv:  # a worker of another machine: its process id says nothing here
         import autotune.search
-        import autotune.shared_asks
         import autotune.shared_study
 
-        owner = lambda: "another-host:1"  # noqa: E731
-        autotune.search._owner = autotune.shared_study._owner = autotune.shared_asks._owner = owner
+        autotune.search._owner = autotune.shared_study._owner = lambda: "another-host:1"
     spec = load_spec(spec_path)
     is_url = "://" in storage_url
     storage = rdb_storage(storage_url, HEARTBEAT_S, GRACE_S) if is_url else open_storage(storage_url)
@@ -172,8 +170,7 @@ def _check_shared_run(spec, storage, key, logs, killed: dict[str, str] | None = 
             same = [t for t in study.trials if t.params and Config.of(t.params).key == killed[shape]]
             dead = [t for t in same if t.state == optuna.trial.TrialState.FAIL and "duplicate_of" not in t.user_attrs]
             later = [t for t in same if t.user_attrs.get("status") in ("complete", "pruned")]
-            trials = [(t.number, t.state.name, {k: v for k, v in t.user_attrs.items() if k != "result"}) for t in same]
-            assert dead and later and later[0].number > dead[0].number, trials
+            assert dead and later and later[0].number > dead[0].number
             # Failed through its heartbeat (no status), or as an orphan of this host ("interrupted").
             assert dead[0].user_attrs.get("status") == dead_status
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
@@ -192,16 +189,12 @@ def _killed_run(tmp_path, storage: str, *extra: str, dead_status: str | None = N
     spec_path = _spec(tmp_path, "random", 1)
     key = f"test-gpu-{uuid.uuid4().hex[:8]}"
     logs = [tmp_path / f"w{i}.log" for i in range(3)]
-    procs = [_start(spec_path, storage, key, logs[0], 1000, 0.3, *extra)]
-    deadline = time.monotonic() + 60
-    while not _lines(logs[:1]) and time.monotonic() < deadline:  # the others join once the victim is searching
-        time.sleep(0.01)
-    procs += [_start(spec_path, storage, key, log, 1000, 0.3, *extra) for log in logs[1:]]
+    procs = [_start(spec_path, storage, key, log, 1000, 0.3, *extra) for log in logs]
     victim, shape, killed = procs[0], load_spec(spec_path).problems[0].label, None
+    deadline = time.monotonic() + 60
     while killed is None and time.monotonic() < deadline:
         lines = [(s, what, rest) for _, s, what, rest in _lines(logs[:1])]
-        searched = any(what == "search" for _, what, _ in lines)  # in mid-trial of the search, not the first
-        if searched and lines[-1][:2] == (shape, "begin"):  # (the fake sleeps 0.3 s)
+        if len(lines) >= 3 and lines[-1][:2] == (shape, "begin"):  # in mid-trial (the fake sleeps 0.3 s)
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
             if _lines(logs[:1])[-1][2] == "begin":  # it did not finish that trial
