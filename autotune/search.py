@@ -8,23 +8,34 @@ are already far slower than the best so far stops being timed (pruned).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import random
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-from .bench import Timing, TimingPlan
+from .bench import Timing
 from .compile_pool import CompilePool
-from .compiler import CompileResult
-from .energy import pareto_front
-from .evaluate import Candidate, Compiled, Settings, Status, TrialResult, finish, render_candidate, static_check
+from .evaluate import Candidate, Compiled, Settings, Status, TrialResult
+from .finalists import FINAL_ROUNDS, FINAL_TOP_K, _final_best, _final_front, _joules, _measured, _ms  # noqa: F401 - re-exported
 from .samplers import NSGA_POPULATION, TPE_STARTUP, make_sampler  # noqa: F401 - re-exported
-from .space import Config, Nearest, Param, Value
+from .search_state import (  # noqa: F401 - re-exported: the loop's types and plans
+    ABORT_RATIO,
+    FINAL_PLAN,
+    SEARCH_PLAN,
+    TEMPLATES,
+    Evaluator,
+    Preparation,
+    ShapeOutcome,
+    Strategy,
+    _State,
+    feasible_configs,
+    study_name,
+    suggest_choice,
+)
+from .space import Config, Nearest
 from .spec import Spec
 from .study_storage import (  # noqa: F401 - re-exported: the loop's storage and its orphans
     _owner,
@@ -35,137 +46,11 @@ from .study_storage import (  # noqa: F401 - re-exported: the loop's storage and
     open_storage,
     orphan_reason,
 )
-from .templates import template_hash
 from .trial_record import _tell, objective_values, result_attrs, result_from_trial  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 STALE_LIMIT = 2000  # consecutive duplicate or invalid proposals before the space counts as exhausted
-FINAL_TOP_K = 3
-FINAL_ROUNDS = 3  # interleaved re-timings of the finalists; the verdict is each one's median round
-FINAL_PLAN = TimingPlan(warmup=3, min_repeats=10, max_repeats=200, target_ms=400.0)
-# The verification launch already loaded and ran the kernel, so the search needs no further warm-up.
-SEARCH_PLAN = TimingPlan(warmup=0, min_repeats=5, max_repeats=50, target_ms=40.0, probe=3)
-ABORT_RATIO = 2.0  # stop timing a candidate whose first launches take this many times the best so far
-
-
-class Evaluator(Protocol):
-    """Where candidates run: the GPU worker process in a real run, a fake in tests."""
-
-    def measure(self, compiled: Compiled, settings: Settings) -> TrialResult: ...
-
-    def vendor(self, kernel: str, problem: Any, plan: TimingPlan) -> tuple[str, Timing] | None: ...
-
-
-@dataclass(frozen=True)
-class ShapeOutcome:
-    problem: Any
-    study_name: str
-    best: TrialResult | None
-    vendor_name: str | None
-    vendor: Timing | None
-    evaluated: int  # candidates compiled and launched over the study's whole life
-    new: int  # of those, evaluated in this run
-    statuses: dict[str, int] = field(default_factory=dict)
-    stopped: str = ""
-    pareto: tuple[TrialResult, ...] = ()  # time-energy front (re-measured), fastest first; energy runs only
-    repaired: int = 0  # infeasible proposals of the sampler replaced by their nearest feasible configuration
-    final_by: str = ""  # the worker that re-timed the finalists, when another worker of a shared study did
-
-    @property
-    def vendor_ratio(self) -> float | None:
-        """Vendor time over our time: above 1 means faster than the vendor library."""
-        if self.best is None or self.vendor is None or self.best.timing is None:
-            return None
-        return self.vendor.median_ms / self.best.timing.median_ms
-
-
-def study_name(spec: Spec, problem: Any, gpu_key: str = "") -> str:
-    """``gemm.simt.float32.4096x4096x4096.<template hash>.<space hash>[.<gpu key>]``.
-
-    A storage shared by several GPU models (a database) names the GPU model, so that they never share a study.
-
-    A changed template or a changed space (values, conditions, constraints) starts a fresh study: Optuna
-    cannot mix parameter distributions, and configurations recorded as invalid under old constraints must
-    not answer for new ones. The old study stays in the storage.
-    """
-    space = repr([(p.name, p.values, p.when.text if p.when else None) for p in spec.space.params])
-    space += repr([c.text for c in spec.space.constraints])
-    if spec.objectives != ("time",):  # another objective is another study (time-only names stay as they were)
-        space += repr(spec.objectives)
-    from .study_key import StudyKey  # a leaf module: the one place names are built and parsed
-
-    digest = hashlib.sha256(space.encode()).hexdigest()[:6]
-    template = template_hash(spec.kernel, spec.template)[:8]
-    return StudyKey(
-        spec.kernel, spec.template, problem.dtype, problem.label, problem.layout, template, digest, gpu_key
-    ).name
-
-
-@dataclass
-class _State:
-    feasible: frozenset[str]  # keys of every configuration that passes the constraints and static checks
-    seen: dict[str, tuple[Any, TrialResult]] = field(default_factory=dict)
-    evaluated: int = 0
-    new: int = 0
-    stale: int = 0
-    feasible_seen: int = 0
-    statuses: Counter = field(default_factory=Counter)
-    best_ms: float | None = None
-    nearest: Nearest | None = None  # repairs a model-based sampler's infeasible proposals
-    repaired: int = 0
-    claims: Any = None  # a study shared with other workers: autotune.shared_study.Claims
-
-    def record(self, trial: Any, r: TrialResult, new: bool) -> None:
-        self.seen[r.config.key] = (trial, r)
-        self.statuses[r.status.value] += 1
-        self.feasible_seen += r.config.key in self.feasible
-        if r.status is not Status.INVALID:
-            self.evaluated += 1
-            self.new += new
-        if r.ok and (self.best_ms is None or r.median_ms < self.best_ms):
-            self.best_ms = r.median_ms
-
-
-def feasible_configs(spec: Spec, problem: Any, settings: Settings) -> list[Config]:
-    """Every configuration that passes the constraints and the static checks, in enumeration order."""
-    return [
-        c
-        for c in spec.space.enumerate()
-        if static_check(Candidate(spec.kernel, spec.template, problem, c), settings) is None
-    ]
-
-
-# --- seam: what the loop prepares candidates with, and how it asks the sampler (a replay substitutes both) ---
-@dataclass(frozen=True)
-class Preparation:
-    """How the loop turns configurations into candidates: the feasible list, the check before compiling, the
-    render, the compile's verdict and the study's name. By default the kernel family's templates; a replay of
-    recorded measurements (autotune.replay) brings its own, so it runs this same loop without a GPU."""
-
-    feasible: Callable[[Spec, Any, Settings], list[Config]] = feasible_configs
-    check: Callable[[Candidate, Settings], str | None] = static_check
-    render: Callable[[Candidate, Settings], Compiled] = render_candidate
-    finish: Callable[[Compiled, CompileResult, Settings], Compiled] = finish
-    study_name: Callable[..., str] = study_name  # (spec, problem[, gpu_key])
-
-
-def suggest_choice(trial: Any, p: Param) -> Value:
-    """Every parameter as an unordered choice among its values."""
-    return trial.suggest_categorical(p.name, list(p.values))
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """An Optuna sampler instance and how each parameter is put to it, in place of ``make_sampler(spec.sampler)``
-    and unordered choices. ``suggest`` must return one of the parameter's values and accept that value enqueued."""
-
-    sampler: Any
-    suggest: Callable[[Any, Param], Value] = suggest_choice
-
-
-TEMPLATES = Preparation()
-# --- end of seam ---
 
 
 def tune_shape(
@@ -506,63 +391,3 @@ def _repair(state: _State, values: dict[str, Any], inflight: set[str]) -> dict[s
         return None
     state.repaired += 1
     return near.as_dict()
-
-
-def _final_best(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
-    prep: Preparation = TEMPLATES,
-) -> TrialResult | None:  # fmt: skip
-    """Re-verify and re-time the top few in this process, longer, so the winner is not noise: FINAL_ROUNDS
-    interleaved rounds (a slow stretch of the GPU then lands on every finalist alike), each finalist's verdict its
-    median round. A finalist that fails a round is out."""
-    done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
-    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
-    finalists = []
-    for before in done:
-        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        finalists.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
-    rounds: list[list[TrialResult] | None] = [[] for _ in finalists]
-    for _ in range(FINAL_ROUNDS):
-        for i, c in enumerate(finalists):
-            seen = rounds[i]
-            if seen is None:
-                continue
-            again = evaluator.measure(c, longer)
-            if again.ok:
-                seen.append(again)
-            else:
-                log.warning("%s passed before but fails now: %s", c.kernel_name, again.reason)
-                rounds[i] = None
-    verdicts = [sorted(rs, key=lambda r: r.median_ms)[len(rs) // 2] for rs in rounds if rs]
-    return min(verdicts, key=lambda r: r.median_ms, default=None)
-
-
-def _measured(r: TrialResult) -> bool:
-    return r.ok and r.energy_j is not None
-
-
-def _final_front(
-    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
-    prep: Preparation = TEMPLATES,
-) -> tuple[TrialResult, ...]:  # fmt: skip
-    """The time-energy Pareto front of the verified, energy-measured trials, each re-measured (time with the
-    final plan, energy with a new batch); the front of the re-measured points, fastest first."""
-    front = pareto_front((r for _, r in state.seen.values() if _measured(r)), _ms, _joules)
-    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None, energy=True)
-    again = []
-    for before in front:
-        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        r = evaluator.measure(prep.finish(c, compiler.result(compiler.submit(c)), longer), longer)
-        if _measured(r):
-            again.append(r)
-        else:
-            log.warning("%s was on the time-energy front but now: %s", before.kernel_name, r.reason or r.energy_note)
-    return tuple(pareto_front(again, _ms, _joules))
-
-
-def _ms(r: TrialResult) -> float:
-    return r.median_ms
-
-
-def _joules(r: TrialResult) -> float:
-    return r.energy_j if r.energy_j is not None else math.inf
