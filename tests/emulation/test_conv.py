@@ -22,6 +22,7 @@ from autotune.spec import load_spec, parse_spec
 from autotune.store import entry_key
 from autotune.templates import render, template_path
 from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
+from tests.sweep import covering, product
 
 ROOT = Path(__file__).resolve().parents[2]
 CONV = FAMILIES["conv2d"]
@@ -216,16 +217,17 @@ def test_names_context_and_one_source_per_dtype_and_layout():
         CONV.kernel_args(p, (None, None), None, alpha=2.0)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_configurations_compile_for_sm90_without_spills(dtype, layout):
+# Each configuration in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+@pytest.mark.parametrize(
+    ("label", "dtype", "layout"), covering(GOOD, product(["float32", "float16"], ["NCHW", "NHWC"]))
+)
+def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
     problem = CONV.problem("n32c64h56w56k64r3s3u1p1", dtype, layout)
-    for label, params in GOOD.items():
-        c = render_candidate(Candidate("conv2d", "direct", problem, Config.of(params)), SETTINGS)
-        assert c.status is None, f"{label}: {c.reason}"
-        r = compile_source(c.source, c.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
+    c = render_candidate(Candidate("conv2d", "direct", problem, Config.of(GOOD[label])), SETTINGS)
+    assert c.status is None, f"{label}: {c.reason}"
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
 
 
 # --- the kernel's arithmetic, run on the host ------------------------------------------------------

@@ -19,6 +19,7 @@ from autotune.spec import load_spec, parse_spec
 from autotune.templates import render, template_hash
 from tests.emulation.test_conv import run_emulated
 from tests.host_cuda import HEADER, gxx
+from tests.sweep import covering, product
 
 ROOT = Path(__file__).resolve().parents[2]
 CONV = FAMILIES["conv2d"]
@@ -143,29 +144,28 @@ def test_launch_geometry_and_shared_memory():
     assert CONV.scratch("implicit_simt", S, q) is None
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("c", [64, 3])  # aligned and scalar variants
-def test_simt_configurations_compile_for_sm90_without_spills(dtype, layout, c):
+# Each configuration in one dtype, layout and alignment variant (C = 64 aligned, C = 3 scalar), in turn
+# (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+@pytest.mark.parametrize(
+    ("label", "dtype", "layout", "c"), covering(SIMT_GOOD, product(["float32", "float16"], ["NCHW", "NHWC"], [64, 3]))
+)
+def test_simt_configurations_compile_for_sm90_without_spills(label, dtype, layout, c):
     problem = CONV.problem(f"n32c{c}h56w56k64r3s3u1p1", dtype, layout)
-    for label, params in SIMT_GOOD.items():
-        cand = render_candidate(Candidate("conv2d", "implicit_simt", problem, Config.of(params)), SETTINGS)
-        assert cand.status is None, f"{label}: {cand.reason}"
-        r = compile_source(cand.source, cand.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
+    cand = render_candidate(Candidate("conv2d", "implicit_simt", problem, Config.of(SIMT_GOOD[label])), SETTINGS)
+    assert cand.status is None, f"{label}: {cand.reason}"
+    r = compile_source(cand.source, cand.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
 
 
-@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("c", [64, 3])
-def test_wmma_configurations_compile_for_sm90_without_spills(layout, c):
+@pytest.mark.parametrize(("label", "layout", "c"), covering(WMMA_GOOD, product(["NHWC", "NCHW"], [64, 3])))
+def test_wmma_configurations_compile_for_sm90_without_spills(label, layout, c):
     problem = CONV.problem(f"n32c{c}h56w56k64r3s3u1p1", "float16", layout)
-    for label, params in WMMA_GOOD.items():
-        cand = render_candidate(Candidate("conv2d", "implicit_wmma", problem, Config.of(params)), SETTINGS)
-        assert cand.status is None, f"{label}: {cand.reason}"
-        r = compile_source(cand.source, cand.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
+    cand = render_candidate(Candidate("conv2d", "implicit_wmma", problem, Config.of(WMMA_GOOD[label])), SETTINGS)
+    assert cand.status is None, f"{label}: {cand.reason}"
+    r = compile_source(cand.source, cand.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
 
 
 # --- the SIMT kernel's arithmetic, run on the host ------------------------------------------------

@@ -19,6 +19,7 @@ from autotune.space import Config
 from autotune.spec import load_spec
 from autotune.templates import render, template_path
 from tests.emulation.test_conv import CONV, ROOT, SETTINGS, _emulate
+from tests.sweep import covering, product
 
 D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators
 NP = dict(PIPE=0, MINB=1)
@@ -268,18 +269,21 @@ def test_the_grid_is_checked():
 # --- compiles ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_configurations_compile_for_sm90_without_spills(dtype, layout):
+def _fp16_allowed(label, combo):  # WSTAGE and MMA are fp32 only: test_wstage_is_optional_..., test_mma_is_optional_...
+    return combo[0] == "float32" or not (GOOD[label].get("WSTAGE") or GOOD[label].get("MMA"))
+
+
+# Each configuration in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+@pytest.mark.parametrize(
+    ("label", "dtype", "layout"), covering(GOOD, product(["float32", "float16"], ["NCHW", "NHWC"]), _fp16_allowed)
+)
+def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)
-    for label, params in GOOD.items():
-        if (params.get("WSTAGE") or params.get("MMA")) and dtype != "float32":
-            continue  # refused as a state: test_wstage_is_optional_..., test_mma_is_optional_...
-        c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(params)), SETTINGS)
-        assert c.status is None, f"{label}: {c.reason}"
-        r = compile_source(c.source, c.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
+    c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
+    assert c.status is None, f"{label}: {c.reason}"
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.registers <= 255, f"{label}: {r.registers} registers, {r.spills} spilled"
 
 
 # --- the kernel's numbers on the host ---------------------------------------------------------------

@@ -19,6 +19,7 @@ from autotune.kernels import gemm_mma as mm
 from autotune.space import Config
 from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, build, gxx
+from tests.sweep import covering, product
 
 GEMM = FAMILIES["gemm"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -152,36 +153,40 @@ def test_geometry_and_shared_memory():
     assert GEMM.check("auto", {"TEMPLATE": "mma", **P}) is None
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_compiles_for_sm90_without_spills(dtype, layout):
+# Each configuration in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+@pytest.mark.parametrize(("label", "dtype", "layout"), covering(GOOD, product(["float16", "bfloat16"], LAYOUTS)))
+def test_compiles_for_sm90_without_spills(label, dtype, layout):
     problem = GEMM.problem("4096x4104x4088", dtype, layout)
-    for label, params in GOOD.items():
-        c = render_candidate(Candidate("gemm", "mma", problem, Config.of(params)), SETTINGS)
-        assert c.status is None, f"{label}: {c.reason}"
-        r = compile_source(c.source, c.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
-        assert "mma.sync" not in c.source or "ldmatrix" in c.source
+    c = render_candidate(Candidate("gemm", "mma", problem, Config.of(GOOD[label])), SETTINGS)
+    assert c.status is None, f"{label}: {c.reason}"
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
+    assert "mma.sync" not in c.source or "ldmatrix" in c.source
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout):
+# Every dtype and layout, each with one of the two configurations in turn; AUTOTUNE_FULL_SWEEP=1: both in each.
+@pytest.mark.parametrize(
+    ("dtype", "layout", "label"),
+    [
+        (*combo, label)
+        for combo, label in covering(product(["float16", "bfloat16"], LAYOUTS), [("128x256x32s4",), ("64x64x16s2",)])
+    ],  # fmt: skip
+)
+def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout, label):
     from autotune.evaluate import kernel_resources
 
     problem = GEMM.problem("4095x4097x4093", dtype, layout)  # every leading dimension odd: A and B packed
-    for label in ("128x256x32s4", "64x64x16s2"):
-        c = render_candidate(Candidate("gemm", "mma", problem, Config.of(GOOD[label])), SETTINGS)
-        assert c.status is None and c.kernel_name.endswith("_uab_" + c.kernel_name.split("_uab_")[1]), c.reason
-        r = compile_source(c.source, c.kernel_name, "sm_90")
-        assert r.ok, f"{label}: {r.error}"
-        assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
-        registers, spills = kernel_resources(r, c.kernel_name + "_pack")
-        assert registers and spills == 0 and registers * mm.PACK_THREADS <= 65536, (registers, spills)
-        aligned = render("gemm", "mma", GOOD[label], GEMM.problem("4096x4104x4088", dtype, layout))
-        # the same GEMM: only the padded leading dimensions differ (register allocation may move a little)
-        assert abs(compile_source(aligned.source, aligned.kernel_name, "sm_90").registers - r.registers) <= 8
+    c = render_candidate(Candidate("gemm", "mma", problem, Config.of(GOOD[label])), SETTINGS)
+    assert c.status is None and c.kernel_name.endswith("_uab_" + c.kernel_name.split("_uab_")[1]), c.reason
+    r = compile_source(c.source, c.kernel_name, "sm_90")
+    assert r.ok, f"{label}: {r.error}"
+    assert r.spills == 0 and r.stack_bytes == 0, f"{label} spills {r.spills} bytes ({r.registers} registers)"
+    registers, spills = kernel_resources(r, c.kernel_name + "_pack")
+    assert registers and spills == 0 and registers * mm.PACK_THREADS <= 65536, (registers, spills)
+    aligned = render("gemm", "mma", GOOD[label], GEMM.problem("4096x4104x4088", dtype, layout))
+    # the same GEMM: only the padded leading dimensions differ (register allocation may move a little)
+    assert abs(compile_source(aligned.source, aligned.kernel_name, "sm_90").registers - r.registers) <= 8
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
 from autotune.templates import template_path
 from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, build, gxx
+from tests.sweep import covering, product
 
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NN", "TN")
@@ -42,15 +43,15 @@ def compiled(p, dtype, layout):
     return compile_source(sk.render(p, dtype, layout, name), name, "sm_90")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_configurations_compile_for_sm90_without_spills(dtype, layout):
-    for label, p in GOOD.items():
-        assert sk.check(p) is None, label
-        r = compiled(p, dtype, layout)
-        assert r.ok, f"{label}: {r.error}"
-        assert r.registers and r.registers <= sk.derived(p)["REG_CAP"], label
-        assert r.spills == 0, f"{label} spills {r.spills} bytes"
+# Each configuration in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+@pytest.mark.parametrize(("label", "dtype", "layout"), covering(GOOD, product(DTYPES, LAYOUTS)))
+def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
+    p = GOOD[label]
+    assert sk.check(p) is None, label
+    r = compiled(p, dtype, layout)
+    assert r.ok, f"{label}: {r.error}"
+    assert r.registers and r.registers <= sk.derived(p)["REG_CAP"], label
+    assert r.spills == 0, f"{label} spills {r.spills} bytes"
 
 
 def test_render_carries_the_variant_and_the_exact_signature():

@@ -19,6 +19,7 @@ from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
 from autotune.templates import template_path
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, build, gxx
+from tests.sweep import covering, product
 
 DTYPES = ("float32", "float16", "bfloat16")
 GEMM = FAMILIES["gemm"]
@@ -43,17 +44,19 @@ def compiled(p, dtype, layout, arch="sm_90"):
     return compile_source(nt.render(p, dtype, layout, name), name, arch)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_configurations_compile_for_sm90_without_spills(dtype):
-    for label, p in GOOD.items():
-        assert nt.check(p) is None, label
-        for layout in nt.LAYOUTS:
-            if nt.check_problem(p, nt.Problem(16, 4096, 4096, dtype, layout)) is not None:
-                continue
-            r = compiled(p, dtype, layout)
-            assert r.ok, f"{label} {layout}: {r.error}"
-            assert r.registers and r.registers <= nt.derived(p)["REG_CAP"], label
-            assert r.spills == 0, f"{label} spills {r.spills} bytes"
+def _takes(label, combo):
+    return nt.check_problem(GOOD[label], nt.Problem(16, 4096, 4096, *combo)) is None
+
+
+# Each configuration in one dtype and layout it takes, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all.
+@pytest.mark.parametrize(("label", "dtype", "layout"), covering(GOOD, product(DTYPES, nt.LAYOUTS), _takes))
+def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
+    p = GOOD[label]
+    assert nt.check(p) is None, label
+    r = compiled(p, dtype, layout)
+    assert r.ok, f"{label} {layout}: {r.error}"
+    assert r.registers and r.registers <= nt.derived(p)["REG_CAP"], label
+    assert r.spills == 0, f"{label} spills {r.spills} bytes"
 
 
 def test_a_sample_of_the_tuning_space_compiles_for_sm80_and_sm90():

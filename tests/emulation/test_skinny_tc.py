@@ -16,6 +16,7 @@ from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
 from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx, run_split_k_gemm
+from tests.sweep import share
 from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 
 LAYOUTS = ("NN", "TN")
@@ -37,7 +38,8 @@ def rendered(p, layout, shape=(64, 4096, 4096)):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_configurations_compile_for_sm90_without_spills(layout):
-    assert_compile_cleanly(tc, rendered, GOOD, layout)
+    """Each configuration in one layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in both."""
+    assert_compile_cleanly(tc, rendered, {k: GOOD[k] for k in share(GOOD, [(x,) for x in LAYOUTS], (layout,))}, layout)
 
 
 def test_render_names_the_math_and_uses_three_tf32_mmas_per_k_step():

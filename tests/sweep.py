@@ -1,0 +1,71 @@
+"""Compile sweeps in the CPU tier: every configuration a test lists compiles, but not in every combination of
+dtype, layout and variant. Each configuration takes the next combination in turn (a covering design: every
+configuration once, every combination once while there are as many configurations), so CI stays fast.
+
+``AUTOTUNE_FULL_SWEEP=1`` compiles every configuration in every combination; the GPU host's tier runs it
+(README, "Test")."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+FULL_SWEEP_ENV = "AUTOTUNE_FULL_SWEEP"
+
+
+def full_sweep() -> bool:
+    return os.environ.get(FULL_SWEEP_ENV, "") not in ("", "0")
+
+
+def covering(labels: Iterable, combos: Sequence[tuple], eligible: Callable[..., bool] | None = None,
+             full: bool | None = None) -> list[tuple]:  # fmt: skip
+    """``(label, *combo)`` for pytest's parametrize. With ``full`` (default: ``AUTOTUNE_FULL_SWEEP``) every label in
+    every eligible combination; otherwise each label once, in the first eligible combination from the one after
+    the previous label's (round robin). ``eligible(label, combo)`` says which combinations a label may take; a
+    label that none may take raises, since it would never compile."""
+    full = full_sweep() if full is None else full
+    ok = eligible or (lambda label, combo: True)
+    out, turn = [], 0
+    for label in labels:
+        mine = [i for i in range(len(combos)) if ok(label, combos[i])]
+        if not mine:
+            raise ValueError(f"no combination takes {label!r}")
+        if not full:
+            i = min(mine, key=lambda i: (i - turn) % len(combos))
+            mine, turn = [i], (i + 1) % len(combos)
+        out += [(label, *combos[i]) for i in mine]
+    return out
+
+
+def product(*axes: Sequence) -> list[tuple]:
+    """Every combination of the axes' values, each next one chosen to bring the values, then the pairs of values,
+    used least so far: the first few combinations hold every value of every axis, then every pair (a covering
+    design), so a sweep that runs only the first few still meets them."""
+    remaining = list(itertools.product(*axes))
+    uses: list[Counter] = [Counter() for _ in axes]
+    pairs: Counter = Counter()
+
+    def cost(c: tuple) -> tuple[int, int, int]:
+        seen = sum(pairs[(i, c[i], j, c[j])] > 0 for i, j in itertools.combinations(range(len(c)), 2))
+        return max(u[v] for u, v in zip(uses, c, strict=True)), seen, sum(u[v] for u, v in zip(uses, c, strict=True))
+
+    order = []
+    while remaining:
+        combo = min(remaining, key=cost)
+        remaining.remove(combo)
+        order.append(combo)
+        for u, v in zip(uses, combo, strict=True):
+            u[v] += 1
+        for i, j in itertools.combinations(range(len(combo)), 2):
+            pairs[(i, combo[i], j, combo[j])] += 1
+    return order
+
+
+def share(labels: Iterable, combos: Sequence[tuple], combo: tuple, eligible: Callable[..., bool] | None = None) -> list:
+    """The labels ``covering`` gives ``combo``, for a sweep parametrized by combination; never empty (a test
+    that compiles nothing could not fail)."""
+    mine = [label for label, *c in covering(labels, combos, eligible) if tuple(c) == tuple(combo)]
+    assert mine, f"the covering design gives {combo} nothing to compile: list more configurations"
+    return mine

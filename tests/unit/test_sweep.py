@@ -1,0 +1,48 @@
+"""The CPU tier's covering design (tests/sweep.py): every configuration compiles, every combination is met, and
+AUTOTUNE_FULL_SWEEP=1 gives back the whole sweep."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, product, share
+
+COMBOS = product(["float32", "float16"], ["NN", "NT", "TN"])
+
+
+def test_each_label_once_and_every_combination_met():
+    runs = covering([f"c{i}" for i in range(7)], COMBOS, full=False)
+    assert [r[0] for r in runs] == [f"c{i}" for i in range(7)]
+    assert {tuple(r[1:]) for r in runs} == set(COMBOS)
+
+
+def test_the_first_combinations_hold_every_value_of_every_axis():
+    first = product(["float16", "bfloat16"], ["NN", "NT", "TN", "TT"])[:4]
+    assert {c[0] for c in first} == {"float16", "bfloat16"} and {c[1] for c in first} == {"NN", "NT", "TN", "TT"}
+    assert sorted(product([1, 2, 3], "ab")) == sorted(itertools.product([1, 2, 3], "ab"))
+
+
+def test_eligibility_moves_a_label_on_and_a_label_nothing_takes_raises():
+    runs = covering(["c0", "c1", "c2"], COMBOS, lambda label, c: label != "c1" or c[0] == "float32", full=False)
+    assert COMBOS[1][0] == "float16"  # c1's turn: it moves on to the next combination it may take
+    assert all(r[1] == "float32" for r in runs if r[0] == "c1") and len(runs) == 3
+    with pytest.raises(ValueError, match="'c1'"):
+        covering(["c0", "c1"], COMBOS, lambda label, c: label != "c1", full=False)
+
+
+def test_the_full_sweep_runs_every_eligible_pair(monkeypatch):
+    labels = ["c0", "c1", "c2"]
+    monkeypatch.setenv(FULL_SWEEP_ENV, "1")
+    assert full_sweep() and len(covering(labels, COMBOS)) == len(labels) * len(COMBOS)
+    assert share(labels, COMBOS, COMBOS[-1]) == labels
+    monkeypatch.setenv(FULL_SWEEP_ENV, "0")
+    assert not full_sweep() and len(covering(labels, COMBOS)) == len(labels)
+
+
+def test_a_combination_left_without_a_label_fails_its_sweep(monkeypatch):
+    monkeypatch.delenv(FULL_SWEEP_ENV, raising=False)
+    assert share(["c0", "c1"], COMBOS, COMBOS[1]) == ["c1"]
+    with pytest.raises(AssertionError, match="nothing to compile"):
+        share(["c0", "c1"], COMBOS, COMBOS[2])
