@@ -1,6 +1,6 @@
 # ruff: noqa: E501 - the mma emulation below is C++ kept in a string
 """Host emulation of the CUDA subset our templates use, for CPU tests that check a kernel's numbers: one
-std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``std::barrier``."""
+std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``host_barrier`` (a futex barrier)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one std::thread per CUDA thread,
-// blocks run one after another, __syncthreads is a std::barrier. Shared by the skinny and conv emulations.
+// blocks run one after another, __syncthreads is a host_barrier. Shared by the skinny and conv emulations.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -29,18 +29,47 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <string>
 #include <thread>
 #include <vector>
+#include <climits>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+// std::barrier's shape, but a waiter sleeps in the kernel at once: std::barrier spins and yields first, and with
+// hundreds of emulated threads on a few cores that spinning was most of an emulation's CPU time.
+class host_barrier {
+ public:
+  using arrival_token = unsigned;
+  explicit host_barrier(long expected) : expected_(expected) {}
+  arrival_token arrive() {  // the phase cannot end before this arrival, so the phase read first is this one's
+    const unsigned phase = phase_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == expected_) {
+      count_.store(0, std::memory_order_relaxed);  // before the new phase shows: its first arrivals count from 0
+      phase_.fetch_add(1, std::memory_order_release);
+      syscall(SYS_futex, &phase_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    }
+    return phase;
+  }
+  void wait(arrival_token phase) const {
+    while (phase_.load(std::memory_order_acquire) == phase)
+      syscall(SYS_futex, &phase_, FUTEX_WAIT_PRIVATE, phase, nullptr, nullptr, 0);
+  }
+  void arrive_and_wait() { wait(arrive()); }
+ private:
+  mutable std::atomic<unsigned> phase_{0};
+  std::atomic<long> count_{0};
+  const long expected_;
+};
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
 thread_local dim3 threadIdx;
 dim3 blockIdx, gridDim, blockDim;
-std::barrier<>* g_bar;
+host_barrier* g_bar;
 float* g_smem;
 unsigned g_smem_bytes;  // dynamic shared memory given to the launch
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
-// bar.sync g + 1, N: named barrier g of a block's N-thread group; one std::barrier per group, made on first use.
+// bar.sync g + 1, N: named barrier g of a block's N-thread group; one host_barrier per group, made on first use.
 template <int N> inline void host_sync_group(int g) {
-  static std::barrier<>* bars = [] {
-    auto* b = static_cast<std::barrier<>*>(::operator new(64 * sizeof(std::barrier<>)));
-    for (int i = 0; i < 64; ++i) new (b + i) std::barrier<>(N);
+  static host_barrier* bars = [] {
+    auto* b = static_cast<host_barrier*>(::operator new(64 * sizeof(host_barrier)));
+    for (int i = 0; i < 64; ++i) new (b + i) host_barrier(N);
     return b;
   }();
   bars[g].arrive_and_wait();
@@ -150,7 +179,7 @@ SPLIT_K_GEMM_MAIN = (
         for (unsigned x = 0; x < gridDim.x; ++x) {
           const unsigned z = zi < last_z ? zi : zi + 1 < gridDim.z ? zi + 1 : last_z;
           blockIdx = {x, y, z};
-          std::barrier<> bar(threads);
+          host_barrier bar(threads);
           g_bar = &bar;
 #ifdef AUTOTUNE_HOST_EMULATION
           const auto warp_bars = host_warp_barriers(threads);
@@ -185,7 +214,7 @@ SPLIT_K_GEMM_MAIN = (
 MMA_PTX = r"""
 #define AUTOTUNE_HOST_EMULATION
 struct WarpExchange { const unsigned short* rows[32]; unsigned a[32][4]; unsigned b[32][2]; };
-std::barrier<>* g_warp_bar[32];
+host_barrier* g_warp_bar[32];
 WarpExchange g_wx[32];
 unsigned char* g_smem_base;
 size_t g_smem_size;
@@ -193,9 +222,9 @@ std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 // One barrier per warp of a block of `threads` threads, installed in g_warp_bar; they live as long as the result
 // (a launcher keeps it for the block's run).
-inline std::vector<std::unique_ptr<std::barrier<>>> host_warp_barriers(int threads) {
-  std::vector<std::unique_ptr<std::barrier<>>> bars;
-  for (int w = 0; w < threads / 32; ++w) { bars.emplace_back(new std::barrier<>(32)); g_warp_bar[w] = bars.back().get(); }
+inline std::vector<std::unique_ptr<host_barrier>> host_warp_barriers(int threads) {
+  std::vector<std::unique_ptr<host_barrier>> bars;
+  for (int w = 0; w < threads / 32; ++w) { bars.emplace_back(new host_barrier(32)); g_warp_bar[w] = bars.back().get(); }
   return bars;
 }
 
@@ -469,18 +498,18 @@ template <int N> inline void wgmma_wait() {
 
 # The main of a cluster-launched split-K GEMM emulation (skinny_wgmma with CLUSTER): the SPLIT_K blocks of a tile run
 # at once, as one cluster (threads know their block by t_blockIdx, their shared memory by t_smem_base, their block
-# barrier by t_bar); barrier.cluster is a std::barrier of the cluster's threads, mapa/st.shared::cluster address
+# barrier by t_bar); barrier.cluster is a host_barrier of the cluster's threads, mapa/st.shared::cluster address
 # the other blocks' shared memory. Include after WGMMA_PTX and define KERNEL and T. Same argv as SPLIT_K_GEMM_MAIN.
 CLUSTER_PRELUDE = r"""
 thread_local dim3 t_blockIdx;
-thread_local std::barrier<>* t_bar;
+thread_local host_barrier* t_bar;
 #define blockIdx t_blockIdx
 inline void host_block_sync() { t_bar->arrive_and_wait(); }
 #define __syncthreads host_block_sync
 unsigned char* g_cluster_arena;
 size_t g_cluster_stride;
-std::barrier<>* g_cluster_bar;
-thread_local std::optional<std::barrier<>::arrival_token> t_cluster_token;
+host_barrier* g_cluster_bar;
+thread_local std::optional<host_barrier::arrival_token> t_cluster_token;
 inline float* host_block_smem() { return (float*)t_smem_base; }
 inline void cluster_arrive_relaxed() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
 inline void cluster_arrive_release() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
@@ -508,10 +537,10 @@ CLUSTER_MAIN = (
     for (unsigned y = 0; y < gridDim.y; ++y)
       for (unsigned x = 0; x < gridDim.x; ++x) {
         std::fill(arena.begin(), arena.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
-        std::barrier<> cluster_bar(threads * blocks);
+        host_barrier cluster_bar(threads * blocks);
         g_cluster_bar = &cluster_bar;
-        std::vector<std::unique_ptr<std::barrier<>>> block_bars;
-        for (int q = 0; q < blocks; ++q) block_bars.emplace_back(new std::barrier<>(threads));
+        std::vector<std::unique_ptr<host_barrier>> block_bars;
+        for (int q = 0; q < blocks; ++q) block_bars.emplace_back(new host_barrier(threads));
         std::vector<std::thread> ts;
         for (int q = 0; q < blocks; ++q)
           for (int t = 0; t < threads; ++t)

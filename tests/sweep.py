@@ -20,11 +20,11 @@ def full_sweep() -> bool:
 
 
 def covering(labels: Iterable, combos: Sequence[tuple], eligible: Callable[..., bool] | None = None,
-             full: bool | None = None) -> list[tuple]:  # fmt: skip
+             full: bool | None = None, times: int = 1) -> list[tuple]:  # fmt: skip
     """``(label, *combo)`` for pytest's parametrize. With ``full`` (default: ``AUTOTUNE_FULL_SWEEP``) every label in
-    every eligible combination; otherwise each label once, in the first eligible combination from the one after
-    the previous label's (round robin). ``eligible(label, combo)`` says which combinations a label may take; a
-    label that none may take raises, since it would never compile."""
+    every eligible combination. Otherwise each label in ``times`` combinations: the first eligible ones from the
+    one after the previous label's first (round robin; with ``times`` > 1 the windows overlap).
+    ``eligible(label, combo)`` says which combinations a label may take; a label none may take raises."""
     full = full_sweep() if full is None else full
     ok = eligible or (lambda label, combo: True)
     out, turn = [], 0
@@ -33,8 +33,8 @@ def covering(labels: Iterable, combos: Sequence[tuple], eligible: Callable[..., 
         if not mine:
             raise ValueError(f"no combination takes {label!r}")
         if not full:
-            i = min(mine, key=lambda i: (i - turn) % len(combos))
-            mine, turn = [i], (i + 1) % len(combos)
+            mine = sorted(mine, key=lambda i: (i - turn) % len(combos))[:times]
+            turn = (mine[0] + 1) % len(combos)  # the next label starts one on: overlapping windows
         out += [(label, *combos[i]) for i in mine]
     return out
 
@@ -69,3 +69,20 @@ def share(labels: Iterable, combos: Sequence[tuple], combo: tuple, eligible: Cal
     mine = [label for label, *c in covering(labels, combos, eligible) if tuple(c) == tuple(combo)]
     assert mine, f"the covering design gives {combo} nothing to compile: list more configurations"
     return mine
+
+
+def value_cover(configs: Sequence, full: bool | None = None) -> list:
+    """A subset of ``configs`` (mappings or Configs, e.g. a spec's start points) in which every (parameter, value)
+    that any of them has appears at least once, chosen greedily (the one with the most pairs not yet met; ties:
+    the earlier), kept in the given order. With ``full`` (default: ``AUTOTUNE_FULL_SWEEP``) all of them."""
+    full = full_sweep() if full is None else full
+    if full:
+        return list(configs)
+    pairs = [set((c.as_dict() if hasattr(c, "as_dict") else dict(c)).items()) for c in configs]
+    unmet = set().union(*pairs)
+    chosen = []
+    while unmet:
+        best = max(range(len(configs)), key=lambda i: (len(pairs[i] & unmet), -i))
+        chosen.append(best)
+        unmet -= pairs[best]
+    return [configs[i] for i in sorted(chosen)]

@@ -237,7 +237,7 @@ def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
 
 EMU_HEADER = HEADER
 
-EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes
+EMU_MAIN = r"""// argv: dir N C H W K R S stride pad P Q gx gy gz threads smem_bytes [scratch_floats scratch_counters]
 int main(int argc, char** argv) {
   std::string dir = argv[1];
   int a[11]; for (int i = 0; i < 11; ++i) a[i] = atoi(argv[2 + i]);
@@ -250,9 +250,9 @@ int main(int argc, char** argv) {
   std::vector<T> y((size_t)a[0] * a[4] * a[9] * a[10]);
   std::vector<float> smem(g_smem_bytes / 4 + 4);
   g_smem = smem.data() + (4 - ((uintptr_t)smem.data() / 4) % 4) % 4;
-#ifdef SCRATCH_FLOATS  // a split reduction: partial sums and tile counters zeroed once, then two launches
-  std::vector<float> partial(SCRATCH_FLOATS, NAN);  // never read before written
-  std::vector<unsigned> counters(SCRATCH_COUNTERS, 0u);
+#ifdef SCRATCH  // a split reduction: partial sums and tile counters zeroed once, then two launches
+  std::vector<float> partial(atol(argv[18]), NAN);  // never read before written
+  std::vector<unsigned> counters(atol(argv[19]), 0u);
 #define SCRATCH_ARGS , partial.data(), counters.data()
   for (int launch = 0; launch < 2; ++launch) {
 #else
@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     for (unsigned by = 0; by < gridDim.y; ++by)
       for (unsigned bx = 0; bx < gridDim.x; ++bx) {
         blockIdx = {bx, by, z};
-        std::barrier<> bar(threads);
+        host_barrier bar(threads);
         g_bar = &bar;
 #ifdef AUTOTUNE_HOST_EMULATION  // the mma emulation (MMA_PTX) meets each warp at its barrier
         const auto warp_bars = host_warp_barriers(threads);
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
         for (auto& th : ts) th.join();
       }
   }
-#ifdef SCRATCH_FLOATS
+#ifdef SCRATCH
   for (unsigned c : counters) if (c != 0) { fprintf(stderr, "a tile counter was left at %u\n", c); return 4; }
 #endif
   FILE* f = fopen((dir + "/y.bin").c_str(), "wb"); fwrite(y.data(), sizeof(T), y.size(), f); fclose(f);
@@ -337,7 +337,7 @@ def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name
     flags = FLAGS
     need = CONV.scratch(template, params, problem)
     if need is not None:  # a split reduction (SPLIT_C): its partial sums and counters; launched twice
-        flags += (f"-DSCRATCH_FLOATS={need[0]}", f"-DSCRATCH_COUNTERS={need[1]}")
+        flags += ("-DSCRATCH",)  # its sizes are arguments: one executable serves every shape
     build(tmp_path, header, f"{src}\n#define KERNEL {kernel_name}\n{EMU_MAIN}\n", flags)
 
     p = problem
@@ -358,6 +358,7 @@ def run_emulated(tmp_path, compiler, template, params, problem, src, kernel_name
         *launch.grid,
         launch.block[0],
         launch.shared_bytes - smem_short,
+        *(need or ()),
     ]
     run = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr

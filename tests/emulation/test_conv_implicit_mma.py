@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     std::shuffle(order.begin(), order.end(), rng);
     for (unsigned b : order) {
       blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
-      std::barrier<> bar(threads);
+      host_barrier bar(threads);
       g_bar = &bar;
       const auto warp_bars = host_warp_barriers(threads);
       std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in fp16 and fp32: stale reads show

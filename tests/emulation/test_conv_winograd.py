@@ -19,7 +19,7 @@ from autotune.space import Config
 from autotune.spec import load_spec
 from autotune.templates import render, template_path
 from tests.emulation.test_conv import CONV, ROOT, SETTINGS, _emulate
-from tests.sweep import covering, product
+from tests.sweep import covering, full_sweep, product, share, value_cover
 
 D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators
 NP = dict(PIPE=0, MINB=1)
@@ -405,7 +405,22 @@ EMULATED = [
 ]
 
 
-@pytest.mark.parametrize(("label", "shape", "dtype", "layout"), EMULATED)
+def _one_build_a_label(cases):
+    """In the CPU tier each configuration's cases run in the dtype and layout of its first case: one g++ build a
+    configuration (a build costs ~10 times a run), and every shape, each hitting its edges, still runs. The other
+    dtypes and layouts compile in test_configurations_compile_...; AUTOTUNE_FULL_SWEEP=1 runs the cases as listed."""
+    if full_sweep():
+        return cases
+    first: dict[str, tuple[str, str]] = {}
+    out = []
+    for label, shape, dtype, layout in cases:
+        case = (label, shape, *first.setdefault(label, (dtype, layout)))
+        if case not in out:
+            out.append(case)
+    return out
+
+
+@pytest.mark.parametrize(("label", "shape", "dtype", "layout"), _one_build_a_label(EMULATED))
 def test_emulated_kernel_matches_float64(tmp_path, label, shape, dtype, layout):
     problem = CONV.problem(shape, dtype, layout)
     assert CONV.check_problem("winograd", GOOD[label], problem) is None
@@ -469,7 +484,7 @@ def test_the_winograd_start_points_compile_without_spills(spec_file):
     problem = spec.problems[0]
     points = [c for c in spec.start_from if c.as_dict().get("TEMPLATE", "winograd") == "winograd"]
     assert any(c.as_dict()["PIPE"] == 1 for c in points) and any(c.as_dict()["PIPE"] == 0 for c in points)
-    for config in points:
+    for config in value_cover(points):  # every parameter value of the start points (tests/sweep.py)
         c = render_candidate(Candidate("conv2d", spec.template, problem, config), SETTINGS)
         assert c.status is None, c.reason
         r = compile_source(c.source, c.kernel_name, "sm_90")
@@ -611,10 +626,11 @@ def test_cgroups_is_optional_and_multiplies_threads_and_shared_memory():
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_split_c_compiles_for_sm90_without_spills(layout):
+    """Each configuration in one layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in both."""
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
     labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
     labels += " ws_b1 ws_deep3_split ws_t8"
-    for label in labels.split():
+    for label in share(labels.split(), [("NCHW",), ("NHWC",)], (layout,)):
         c = render_candidate(Candidate("conv2d", "winograd", problem, Config.of(GOOD[label])), SETTINGS)
         assert c.status is None, f"{label}: {c.reason}"
         r = compile_source(c.source, c.kernel_name, "sm_90")

@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
   for (unsigned y = 0; y < gridDim.y; ++y)
     for (unsigned x = 0; x < gridDim.x; ++x) {
       blockIdx = {x, y, 0};
-      std::barrier<> bar(threads);
+      host_barrier bar(threads);
       g_bar = &bar;
       const auto warp_bars = host_warp_barriers(threads);
       std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in both 16-bit types and in fp32
@@ -347,8 +347,13 @@ EMULATED = [
 ]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta"), EMULATED)
+def _in_layouts(cases):
+    """Each case in two layouts, the next two in turn (every layout with both dtypes: tests/sweep.py);
+    AUTOTUNE_FULL_SWEEP=1: in all four."""
+    return [(*cases[i], layout) for i, layout in covering(range(len(cases)), [(x,) for x in LAYOUTS], times=2)]
+
+
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(EMULATED))
 def test_emulated_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
     # the extents that are not leading dimensions need not be multiples of 8: make them odd where allowed
     M, N, K = shape
@@ -371,8 +376,7 @@ PACKED = [
 ]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta"), PACKED)
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(PACKED))
 def test_emulated_packed_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
     problem = GEMM.problem(list(shape), dtype, layout)
     assert len(mm.packed(problem)) == 2 and len(GEMM.launch("mma", params, problem).before) == 2
@@ -414,7 +418,9 @@ def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_fil
             else:
                 assert reason is None, (config, problem, reason)
     odd = next(p for p in spec.problems if p.label == "4095x4097x4093")
-    for config, problem in [(c, p) for c in starts for p in (spec.problems[0], odd)]:
+    # each start point with the aligned or the odd shape, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: both
+    for i, problem in covering(range(len(starts)), [(spec.problems[0],), (odd,)]):
+        config = starts[i]
         c = render_candidate(Candidate("gemm", "auto", problem, config), SETTINGS)
         assert ("_uab_" in c.kernel_name) == (problem is odd)
         r = compile_source(c.source, c.kernel_name, "sm_90")

@@ -289,12 +289,12 @@ EMULATED = [
     ("m1", "bfloat16", "NT", (1, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
     ("m4", "float32", "NT", (3, 41, 512), 1.5, 0.0, 0),  # fp32 VEC 8: two 16-byte loads; M < MT
     ("m4", "float16", "NT", (3, 17, 512), 1.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
-    ("m16_split", "float32", "NT", (16, 29, 515), 1.0, 0.25, 1),  # split-K 3, odd K, unaligned W
-    ("m16_split", "float16", "TT", (16, 33, 260), 1.0, -1.0, 0),  # A stored K x M
+    ("m16_split", "float32", "NT", (16, 13, 515), 1.0, 0.25, 1),  # split-K 3, odd K, unaligned W, a partial N tile
+    ("m16_split", "float16", "TT", (16, 9, 260), 1.0, -1.0, 0),  # A stored K x M, a last N tile of one column
     ("scalar", "bfloat16", "TT", (3, 5, 7), 1.0, -1.0, 1),  # empty split-K slice, tiny shape
     ("vec2_wide", "bfloat16", "NT", (3, 11, 334), 2.0, 0.0, 0),  # R 1, four warps along N
-    ("big", "float16", "NT", (16, 17, 2048), 0.5, 0.0, 0),  # R 8, eight warps along K, split-K 2
-    ("prefetch", "float32", "NT", (5, 23, 3001), 1.0, 0.5, 0),  # several passes per warp, the last one partial
+    ("big", "float16", "NT", (16, 9, 2048), 0.5, 0.0, 0),  # R 8, eight warps along K, split-K 2, N tile of one column
+    ("prefetch", "float32", "NT", (5, 7, 3001), 1.0, 0.5, 0),  # several passes per warp, the last one partial
     ("prefetch", "bfloat16", "TT", (4, 9, 4100), 1.0, 0.0, 0),  # three passes, A stored K x M
     ("mma16", "float16", "NT", (1, 37, 1000), 1.0, 0.0, 0),  # tensor cores, one row of A, 16-byte loads
     ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta

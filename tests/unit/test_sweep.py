@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, product, share
+from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, product, share, value_cover
 
 COMBOS = product(["float32", "float16"], ["NN", "NT", "TN"])
 
@@ -22,6 +22,14 @@ def test_the_first_combinations_hold_every_value_of_every_axis():
     first = product(["float16", "bfloat16"], ["NN", "NT", "TN", "TT"])[:4]
     assert {c[0] for c in first} == {"float16", "bfloat16"} and {c[1] for c in first} == {"NN", "NT", "TN", "TT"}
     assert sorted(product([1, 2, 3], "ab")) == sorted(itertools.product([1, 2, 3], "ab"))
+
+
+def test_two_combinations_a_label_overlap_so_every_pair_of_axes_is_met():
+    cases = ["f16", "bf16", "f16", "bf16", "f16"]  # a dtype each; the layouts are the combinations
+    layouts = ("NN", "NT", "TN", "TT")
+    runs = covering(range(len(cases)), [(x,) for x in layouts], full=False, times=2)
+    assert len(runs) == 2 * len(cases)
+    assert {(cases[i], layout) for i, layout in runs} == {(d, x) for d in ("f16", "bf16") for x in layouts}
 
 
 def test_eligibility_moves_a_label_on_and_a_label_nothing_takes_raises():
@@ -46,3 +54,12 @@ def test_a_combination_left_without_a_label_fails_its_sweep(monkeypatch):
     assert share(["c0", "c1"], COMBOS, COMBOS[1]) == ["c1"]
     with pytest.raises(AssertionError, match="nothing to compile"):
         share(["c0", "c1"], COMBOS, COMBOS[2])
+
+
+def test_the_value_cover_meets_every_parameter_value_with_fewer_configurations():
+    configs = [dict(T="a", X=x, Y=y) for x in (1, 2, 3) for y in (8, 16)] + [dict(T="b", Z=0)]
+    chosen = value_cover(configs, full=False)
+    met = {(k, v) for c in chosen for k, v in c.items()}
+    assert met == {(k, v) for c in configs for k, v in c.items()} and len(chosen) == 4
+    assert [configs.index(c) for c in chosen] == sorted(configs.index(c) for c in chosen)
+    assert value_cover(configs, full=True) == configs
