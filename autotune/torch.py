@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import dispatch, recording, runtime
-from .torch_backend import AutotuneBackend, _torch, step_of
+from .serve import dispatch, recording, runtime
+from .serve.torch_backend import AutotuneBackend, _torch, step_of
 
 log = logging.getLogger(__name__)
 

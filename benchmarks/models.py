@@ -13,7 +13,7 @@ Per case, in one process: the first optimized forward (plans, compiles, the runt
 forward time of torch and of the optimized model, eager (back-to-back forwards between CUDA events, no L2
 flush, median of repeats) and as CUDA graph replays; both outputs against a float64 copy of the model
 (relative Frobenius error; ResNet: top-1 agreement); J per forward from NVML's energy counter over graph
-replays (>= 1 s, autotune.energy); the drop-in's calls per forward by route and its fallbacks; and per
+replays (>= 1 s, autotune.measure.energy); the drop-in's calls per forward by route and its fallbacks; and per
 routed layer: its input, route, GPU time of torch's op and ours (10 calls in a CUDA graph, median of
 replays) and host time per eager call of each. cuDNN benchmark mode is on (--no-cudnn-benchmark: off);
 TF32 settings are torch's defaults, written in the metadata. Writes <out>/models_<gpu-key>.json, .csv (a
@@ -160,7 +160,7 @@ def accuracy(torch: Any, out: Any, ref: Any, top1: bool) -> dict[str, float | No
 
 
 def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None, str | None]:
-    from autotune.energy import EnergyPlan, default_meter
+    from autotune.measure.energy import EnergyPlan, default_meter
 
     meter = default_meter()  # NVML opened once; it synchronizes the whole device, torch's streams too
     e = meter.measure(graph.replay, ms, EnergyPlan(seconds=1.0, max_seconds=2.0 if quick else 4.0))
@@ -299,7 +299,7 @@ def git_rev() -> str:
 def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
     import cupy
 
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     tv = None
     with contextlib.suppress(PackageNotFoundError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import brief
+from ..core.errors import brief
 from . import conv_direct, conv_im2col, conv_implicit_mma, conv_implicit_simt, conv_implicit_wmma, conv_winograd
 from .conv_problem import CTYPE, FIELDS, ITEMSIZE, LABEL, LAYOUTS, SHORT, ConvProblem, conv_args
 from .conv_problem import variant as variant

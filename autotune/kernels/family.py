@@ -6,7 +6,7 @@ configurations to the template they render, and dispatches checks, derived value
 names, launches, scratch and kernel arguments to that template. The family itself keeps what is its own: its
 problem type (``problem``), inputs, reference, vendor baseline and the plain kernel arguments.
 
-Callers that pass no ``limits`` get the sm_90 table's (``autotune.limits.SM90``), the GPU the stored entries
+Callers that pass no ``limits`` get the sm_90 table's (``autotune.core.limits.SM90``), the GPU the stored entries
 were tuned on.
 """
 
@@ -16,7 +16,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 from .template import Template
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import brief
-from ..limits import SM90, DeviceLimits
+from ..core.errors import brief
+from ..core.limits import SM90, DeviceLimits
 from . import (
     gemm_mma,
     gemm_naive,

@@ -147,10 +147,10 @@ def template_row(settings, timer: Timer, problem, inputs, ref, params, template:
     """Verify one configuration against the float64 ``ref`` (NaN-poisoned output), then time it; its table row."""
     import cupy as cp
 
-    from autotune.evaluate import Candidate, load_kernel, prepare
+    from autotune.core.space import Config
     from autotune.kernels.gemm import GEMM, decode
-    from autotune.space import Config
-    from autotune.verify import poison, tolerance_for
+    from autotune.measure.evaluate import Candidate, load_kernel, prepare
+    from autotune.measure.verify import poison, tolerance_for
 
     key = (template, problem.dtype, tuple(params.items()))  # the source depends on neither shape nor alignment
     if key not in _COMPILED:
@@ -225,10 +225,10 @@ def main() -> int:
 
     import cupy as cp
 
-    from autotune.compiler import nvrtc_version
-    from autotune.device import current_gpu
-    from autotune.evaluate import Settings
+    from autotune.build.compiler import nvrtc_version
+    from autotune.core.device import current_gpu
     from autotune.kernels.gemm import GEMM
+    from autotune.measure.evaluate import Settings
 
     gpu = current_gpu()
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
+from autotune.measure.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
 
 PLAN = TimingPlan(warmup=3, min_repeats=40, max_repeats=200, target_ms=30.0)
 
@@ -75,11 +75,11 @@ def main() -> int:
 
     import cupy as cp
 
-    from autotune.device import current_gpu
-    from autotune.evaluate import Candidate, Settings, evaluate
+    from autotune.core.device import current_gpu
+    from autotune.core.space import Config
     from autotune.kernels.gemm import GEMM
-    from autotune.space import Config
-    from autotune.verify import tolerance_for
+    from autotune.measure.evaluate import Candidate, Settings, evaluate
+    from autotune.measure.verify import tolerance_for
 
     gpu = current_gpu()
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import AutotuneError, ConstraintError
-from autotune.expr import FUNCTIONS, Expression
+from autotune.core.errors import AutotuneError, ConstraintError
+from autotune.core.expr import FUNCTIONS, Expression
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -495,7 +495,7 @@ def test_random_deep_expressions_match_their_computed_value(seed):
 
 
 def test_an_evaluation_error_carries_its_expression():
-    from autotune.expr import EvaluationError
+    from autotune.core.expr import EvaluationError
 
     with pytest.raises(EvaluationError) as info:
         Expression("BM // (WM - WM) > 0").evaluate({"BM": 4, "WM": 2})

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune import hooks, launcher
+from autotune.core import hooks
 from autotune.kernels import FAMILIES
 from autotune.kernels.base import Launch
-from autotune.runtime import Choice
+from autotune.serve import launcher
+from autotune.serve.runtime import Choice
 
 GEMM = FAMILIES["gemm"]
 SIMT = dict(BM=64, BN=64, BK=16, WM=16, WN=64, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
@@ -70,7 +71,7 @@ def test_packed_arguments_are_made_once_per_alpha_and_beta():
 
 def test_scratch_is_per_stream_and_made_with_that_stream_current(monkeypatch):
     monkeypatch.setattr(launcher, "PACKED", False)
-    monkeypatch.setattr("autotune.streams.capturing", lambda: False)
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: False)
     made = []
 
     def new_scratch():

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.compile_pool import CompilePool
-from autotune.search import FINAL_PLAN
-from autotune.session import RunOptions, SessionCache, TuningSession
-from autotune.store import read, tuned_file
-from autotune.tune_workload import FINAL_MINUTES, run_workload
-from autotune.workload import parse_workload
+from autotune.build.compile_pool import CompilePool
+from autotune.results.store import read, tuned_file
+from autotune.tune.search import FINAL_PLAN
+from autotune.tune.session import RunOptions, SessionCache, TuningSession
+from autotune.tune.tune_workload import FINAL_MINUTES, run_workload
+from autotune.tune.workload import parse_workload
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile
 
 GPU = SimpleNamespace(key="test-gpu-sm90", arch="sm_90", name="Test GPU", multiprocessors=132, driver="0", runtime="0",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import ConstraintError
-from autotune.expr import Expression
+from autotune.core.errors import ConstraintError
+from autotune.core.expr import Expression
+from autotune.core.space import Config, Param, Space, check_names, first_n
 from autotune.kernels.gemm import SIMT_PARAMS
-from autotune.space import Config, Param, Space, check_names, first_n
-from autotune.spec import load_spec
+from autotune.tune.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM_YAML = ROOT / "configs" / "gemm.yaml"
@@ -307,7 +307,7 @@ def test_default_start_from_configs_are_enumerated(gemm_spec, gemm_configs):
 
 
 def test_conditional_spaces_are_sized_exactly_before_constraints():
-    from autotune.expr import Expression
+    from autotune.core.expr import Expression
 
     t = Param("T", ("a", "b"))
     x = Param("X", (1, 2, 3), Expression("T == 'a'"))
@@ -321,7 +321,7 @@ def test_conditional_spaces_are_sized_exactly_before_constraints():
 
 
 def test_nearest_finds_the_closest_feasible_configuration_and_honours_skip():
-    from autotune.space import Nearest
+    from autotune.core.space import Nearest
 
     space = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8))), (Expression("A * B <= 8"),))
     feasible = list(space.enumerate())
@@ -335,7 +335,7 @@ def test_nearest_finds_the_closest_feasible_configuration_and_honours_skip():
 
 
 def test_nearest_counts_a_missing_conditional_parameter_as_far():
-    from autotune.space import Nearest
+    from autotune.core.space import Nearest
 
     space = Space(
         (
