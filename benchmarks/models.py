@@ -119,23 +119,28 @@ def make_input(torch: Any, case: Case) -> Any:
     return torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
 
 
-def time_loop(torch: Any, fn: Any, reps: int, target_ms: float) -> float:
-    """ms per call of ``fn`` run back to back: the median over ``reps`` loops of about ``target_ms`` each."""
+def time_loops(torch: Any, fns: list[Any], reps: int, target_ms: float) -> list[float]:
+    """ms per call of each of ``fns`` run back to back: the median over ``reps`` loops of about ``target_ms``
+    each, the functions' loops interleaved (a, b, a, b, ...) so that clock or thermal drift during the run
+    falls on all of them alike."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    iters = max(1, min(1000, round(target_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(reps):
+    iters = []
+    for fn in fns:
         start.record()
-        for _ in range(iters):
-            fn()
+        fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
+        iters.append(max(1, min(1000, round(target_ms / max(start.elapsed_time(end), 1e-3)))))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, n, out in zip(fns, iters, times, strict=True):
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / n)
+    return [statistics.median(t) for t in times]
 
 
 def capture(torch: Any, fn: Any, calls: int = 1) -> tuple[Any, Any]:
@@ -167,20 +172,42 @@ def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None
     return (e.joules_per_launch, None) if e is not None else (None, meter.reason)
 
 
-def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
-    """Eager and graph time, accuracy and J per forward of one model on input ``x``."""
-    reps, target = (5, 30.0) if quick else (15, 100.0)
+def measure_models(torch: Any, models: dict[str, Any], x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
+    """Eager and graph time, accuracy and J per forward of each model on input ``x``; the models' timing loops
+    interleaved."""
+    reps, target = (7, 30.0) if quick else (21, 100.0)
     row: dict[str, Any] = {}
-    row.update({f"{name}_{k}": v for k, v in accuracy(torch, model(x), ref, top1).items()})
-    row[f"{name}_eager_ms"] = time_loop(torch, lambda: model(x), reps, target)
-    graph, out = capture(torch, lambda: model(x))
-    row[f"{name}_graph_ms"] = time_loop(torch, graph.replay, reps, target)
-    graph.replay()
-    row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
-    row[f"{name}_j_per_forward"], why = energy(torch, graph, row[f"{name}_graph_ms"], quick)
-    if why:
-        row[f"{name}_energy_note"] = why
+    graphs = {}
+    for name, model in models.items():
+        row.update({f"{name}_{k}": v for k, v in accuracy(torch, model(x), ref, top1).items()})
+        graph, out = capture(torch, lambda model=model: model(x))
+        graph.replay()
+        row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
+        graphs[name] = graph
+    eager = time_loops(torch, [lambda model=model: model(x) for model in models.values()], reps, target)
+    replay = time_loops(torch, [g.replay for g in graphs.values()], reps, target)
+    for name, e, g in zip(models, eager, replay, strict=True):
+        row[f"{name}_eager_ms"], row[f"{name}_graph_ms"] = e, g
+        row[f"{name}_j_per_forward"], why = energy(torch, graphs[name], g, quick)
+        if why:
+            row[f"{name}_energy_note"] = why
     return row
+
+
+def weights_floor(torch: Any, model: Any, torch_graph_ms: float) -> dict[str, Any]:
+    """The read floor of the model's weights (``read_floor.graph_ms``: each weight read once by a plain
+    streaming kernel, one kernel per layer in a CUDA graph), and the most any forward that reads each weight once
+    could gain over torch: torch's graph time over the floor."""
+    import cupy as cp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from read_floor import graph_ms
+
+    weights = [cp.asarray(m.weight.detach().view(torch.int16 if m.weight.element_size() == 2 else torch.int32))
+               for m in model.modules() if isinstance(m, torch.nn.Linear)]  # fmt: skip
+    torch.cuda.synchronize()
+    floor_ms, verified = graph_ms(weights)
+    return {"read_floor_ms": floor_ms, "read_floor_verified": verified, "torch_over_floor": torch_graph_ms / floor_ms}
 
 
 def layer_inputs(torch: Any, opt: Any, x: Any) -> list[tuple[str, Any, Any]]:
@@ -214,12 +241,11 @@ def host_us(torch: Any, fn: Any, bursts: int, burst: int = 50) -> float:
 def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, ...]:
     """GPU us per call of torch's own forward and of the routed call (each ``calls`` times in a CUDA graph),
     then the host us per eager call of each."""
-    gpu, host = [], []
-    for fn in (lambda: type(m).forward(m, inp), lambda: m(inp)):
-        graph, _ = capture(torch, fn, calls)
-        gpu.append(time_loop(torch, graph.replay, reps, 0.0) / calls * 1e3)
-        del graph
-        host.append(host_us(torch, fn, reps))
+    fns = (lambda: type(m).forward(m, inp), lambda: m(inp))
+    graphs = [capture(torch, fn, calls)[0] for fn in fns]
+    gpu = [ms / calls * 1e3 for ms in time_loops(torch, [g.replay for g in graphs], reps, 0.0)]
+    del graphs
+    host = [host_us(torch, fn, reps) for fn in fns]
     return (*gpu, *host)
 
 
@@ -260,10 +286,11 @@ def run_case(torch: Any, case: Case, quick: bool) -> dict[str, Any]:
         rep = at.report(opt, reset=True)
         row.update({f"calls_{r}": rep.count(r) for r in ("autotune", "vendor", "torch")})
         row["fallbacks"] = rep.fallbacks
-        row.update(measure_model(torch, "torch", base, x, want, top1, quick))
-        row.update(measure_model(torch, "ours", opt, x, want, top1, quick))
+        row.update(measure_models(torch, {"torch": base, "ours": opt}, x, want, top1, quick))
         row["eager_speedup"] = row["torch_eager_ms"] / row["ours_eager_ms"]
         row["graph_speedup"] = row["torch_graph_ms"] / row["ours_graph_ms"]
+        if case.model == "llama-linears":
+            row.update(weights_floor(torch, base, row["torch_graph_ms"]))
         try:
             row["layers"] = layer_table(torch, opt, x, quick)
         except Exception as exc:  # noqa: BLE001 - the model figures stand without the table
@@ -348,6 +375,13 @@ def print_table(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
               f"{r['torch_graph_ms']:>11.3f}/{r['ours_graph_ms']:<10.3f}{r['graph_speedup']:>6.2f}"
               f"{r['torch_rel_error']:>10.1e}/{r['ours_rel_error']:<9.1e}{top1:>6}{j:>16}"
               f"  {r['calls_autotune']}/{r['calls_vendor']}/{r['calls_torch']}  {r['fallbacks'] or ''}")  # fmt: skip
+    floors = [r for r in rows if "read_floor_ms" in r]
+    if floors:
+        print("\nread floor of the weights (each read once, one plain streaming kernel per layer, one CUDA graph):")
+        for r in floors:
+            print(f"{r['case']:<26} floor {r['read_floor_ms']:.3f} ms (verified: {r['read_floor_verified']}); "
+                  f"torch {r['torch_graph_ms']:.3f} ms = {r['torch_over_floor']:.2f}x the floor, "
+                  f"ours {r['ours_graph_ms']:.3f} ms = {r['ours_graph_ms'] / r['read_floor_ms']:.2f}x")  # fmt: skip
 
 
 def main() -> int:

@@ -229,8 +229,8 @@ on the same cache file, the space restricted to the recorded configurations. Eva
 compiled and run (ours: as the loop counts them; Kernel Tuner: unique configurations in its results). Simulated
 seconds: the recorded compile, verification, benchmark and framework times of every configuration tried. "Reached":
 runs that came within the threshold of the record's optimum inside the budget; a quartile that needs an unreached run
-reads "not reached". "tpe (default)" is `autotune run`'s own sampler (autotune/tune/samplers.py); rows with fewer than 30
-runs were exploratory. The goal lines at the end check the default against issue 28's two conditions.
+reads "not reached". "tpe (default)" is `autotune run`'s own sampler (autotune/tune/samplers.py); rows with fewer
+than 30 runs were exploratory. The goal lines at the end check the default against issue 28's two conditions.
 """
 
 

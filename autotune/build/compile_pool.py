@@ -90,6 +90,13 @@ class CompilePool:
             for _ in range(self.jobs):
                 self._executor().submit(_ready)
 
+    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]`` on the pool's processes (in this process with one job); ``fn`` and the
+        items must pickle. Work that is not a compile, e.g. checking the parts of a large space side by side."""
+        if self.jobs <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self._executor().map(fn, items))
+
     def submit(self, c: Compiled) -> str:
         """Start compiling ``c`` (unless cached or already under way); returns its handle."""
         key = c.source_hash

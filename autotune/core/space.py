@@ -77,14 +77,19 @@ class Space:
                 values[p.name] = choose(p)
         return values
 
-    def enumerate(self) -> Iterator[Config]:
-        """Every configuration that satisfies all constraints, in lexicographic order."""
-        # Each constraint is checked at the first depth where all its names can be bound; one that
-        # reads a conditional parameter absent from a configuration does not apply to it.
+    def _checks(self) -> list[list[Expression]]:
+        # Each constraint is checked at the first depth where all its names can be bound; one that reads a
+        # conditional parameter absent from a configuration does not apply to it.
         order = self.names
         checks: list[list[Expression]] = [[] for _ in order]
         for c in self.constraints:
             checks[max((order.index(n) for n in c.names), default=0)].append(c)
+        return checks
+
+    def enumerate(self, start: tuple[int, Mapping[str, Value]] = (0, {})) -> Iterator[Config]:
+        """Every configuration that satisfies all constraints, in lexicographic order; from ``start`` (a depth
+        and the values of the parameters before it, one of :meth:`split`'s parts): that part's configurations."""
+        checks = self._checks()
 
         def rec(i: int, values: dict[str, Value]) -> Iterator[Config]:
             if i == len(self.params):
@@ -101,7 +106,25 @@ class Space:
                     yield from rec(i + 1, values)
                 del values[p.name]
 
-        yield from rec(0, {})
+        yield from rec(start[0], dict(start[1]))
+
+    def split(self, parts: int) -> list[tuple[int, dict[str, Value]]]:
+        """The space cut into at least ``parts`` disjoint parts where it allows (fewer for a small space): the
+        assignments of its leading parameters that meet the constraints decided so far, in enumeration order, so
+        that enumerating the parts one after another gives :meth:`enumerate`'s order."""
+        checks = self._checks()
+        level: list[dict[str, Value]] = [{}]
+        depth = 0
+        while len(level) < parts and depth < len(self.params):
+            p, nxt = self.params[depth], []
+            for values in level:
+                if p.when is not None and not _condition(p.when, values):
+                    options = [values]
+                else:
+                    options = [{**values, p.name: v} for v in p.values]
+                nxt += [o for o in options if all(_holds(c, o) for c in checks[depth])]
+            level, depth = nxt, depth + 1
+        return [(depth, values) for values in level]
 
     def first_feasible(self, accept: Callable[[dict[str, Value]], bool] | None = None) -> Config | None:
         """A configuration that meets every constraint (and ``accept``, when given), or None if there is none.

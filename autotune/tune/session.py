@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class SessionCache:
     library and the space do not change within a session; trials, which do, live in the study."""
 
     def __init__(self) -> None:
+        self.parallel: tuple[Callable[..., Any], int] | None = None  # (a process pool's map, its processes)
         self._feasible: dict[tuple, tuple[Any, list[Any]]] = {}
         self._vendor: dict[tuple, Any] = {}
         self.counts = {"feasible": 0, "vendor": 0}  # enumerations and vendor timings actually made
@@ -62,9 +64,15 @@ class SessionCache:
     def preparation(self, base: Any = None) -> Any:
         """``base`` (the templates' Preparation by default) with the feasible list enumerated once."""
         from .search import TEMPLATES
+        from .search_state import feasible_configs, feasible_in_parallel
 
         base = base or TEMPLATES
         enumerate_ = base.feasible
+        if enumerate_ is feasible_configs and self.parallel is not None:
+            map_, jobs = self.parallel
+
+            def enumerate_(spec: Any, problem: Any, settings: Any) -> list[Any]:
+                return feasible_in_parallel(spec, problem, settings, map_, jobs)
 
         def feasible(spec: Any, problem: Any, settings: Any) -> list[Any]:
             key = (id(spec), problem, settings.arch, settings.max_shared_bytes, settings.registers_per_block)
@@ -130,6 +138,7 @@ class TuningSession:
         self.worker = self._stack.enter_context(GPUWorker())
         jobs, timeout = self.options.jobs, self.options.timeout
         self.compiler = self._stack.enter_context(CompilePool(self.gpu.arch, jobs=jobs, timeout_s=timeout * 4))
+        self.cache.parallel = (self.compiler.map, jobs)
         self.worker.warm()
         self.compiler.warm()
         return self

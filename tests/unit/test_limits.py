@@ -50,7 +50,8 @@ def limit_definitions(root: Path = PACKAGE) -> dict[str, list[str]]:
 
 def test_no_module_defines_a_device_limit_constant():
     found = limit_definitions()
-    outside = {n: where for n, where in found.items() if any(not w.startswith("autotune/core/limits.py") for w in where)}
+    home = "autotune/core/limits.py"
+    outside = {n: where for n, where in found.items() if any(not w.startswith(home) for w in where)}
     assert not outside, f"device limits defined outside autotune/core/limits.py: {outside}"
     twice = {n: where for n, where in found.items() if len(where) > 1}
     assert not twice, f"device limits defined twice: {twice}"
