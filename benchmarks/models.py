@@ -17,7 +17,8 @@ replays (>= 1 s, autotune.measure.energy); the drop-in's calls per forward by ro
 routed layer: its input, route, GPU time of torch's op and ours (10 calls in a CUDA graph, median of
 replays) and host time per eager call of each. cuDNN benchmark mode is on (--no-cudnn-benchmark: off);
 TF32 settings are torch's defaults, written in the metadata. Writes <out>/models_<gpu-key>.json, .csv (a
-row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table. A case
+row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table; the cases of an
+earlier results file that this run did not measure are kept, each with its own date and revision (--fresh: not). A case
 that fails is recorded with its error; the others still run.
 """
 
@@ -343,9 +344,25 @@ def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
 CSV_SKIP = ("layers", "fallbacks", "traceback")
 
 
-def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+def merged(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This run's rows, and the cases of the results already at ``path`` that this run did not measure (each
+    keeps the date and revision of the run that measured it), in the order of ``cases()``."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return rows
+    now = {r["case"] for r in rows}
+    kept = [{"date": earlier.get("date"), "autotune_rev": earlier.get("versions", {}).get("autotune_rev"), **r}
+            for r in earlier.get("cases", []) if r.get("case") not in now]  # fmt: skip
+    order = {c.name: i for i, c in enumerate(cases())}
+    return sorted(rows + kept, key=lambda r: order.get(r["case"], len(order)))
+
+
+def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], fresh: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"models_{meta['gpu_key']}"
+    if not fresh:
+        rows = merged(out / f"{stem}.json", rows)
     (out / f"{stem}.json").write_text(json.dumps({**meta, "cases": rows}, indent=1, default=str) + "\n")
     flat_meta = {"gpu": meta["gpu"], **{f"{k}_version": v for k, v in meta["versions"].items()}, "date": meta["date"]}
     case_rows = [{**{k: v for k, v in r.items() if k not in CSV_SKIP}, "fallbacks": json.dumps(r.get("fallbacks", {})),
@@ -390,6 +407,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--record", type=Path, metavar="DIR", help="only write each case's workload YAML into DIR")
     ap.add_argument("--case", action="append", metavar="SUBSTRING", help="run only cases whose name has it")
+    ap.add_argument("--fresh", action="store_true",
+                    help="write only this run's cases (default: keep the other cases of the results file, each with "
+                    "its own date and revision)")  # fmt: skip
     ap.add_argument("--no-cudnn-benchmark", action="store_true", help="leave cuDNN's benchmark mode off")
     args = ap.parse_args()
     try:
@@ -414,17 +434,18 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the others still run
             row = {"case": case.name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         row["wall_s"] = time.perf_counter() - t0
+        row.update(date=meta["date"], autotune_rev=meta["versions"].get("autotune_rev"))
         print(f"{case.name}: {row.get('error') or 'done'} in {row['wall_s']:.1f} s", flush=True)
         rows.append(row)
         if not args.record:
-            write(args.out, meta, rows)  # after every case: a run stopped midway keeps what it measured
+            write(args.out, meta, rows, args.fresh)  # after every case: a run stopped midway keeps what it measured
         with contextlib.suppress(RuntimeError):  # a broken CUDA context: the next cases record their own errors
             torch.cuda.empty_cache()
     if args.record:
         for r in rows:
             print(f"{r['case']:<26} {r.get('error') or r['workload']}")
         return 0 if all("error" not in r for r in rows) else 1
-    path = write(args.out, meta, rows)
+    path = write(args.out, meta, rows, args.fresh)
     print_table(meta, rows)
     print(f"\nwrote {path} and its CSVs")
     return 0 if all("error" not in r for r in rows) else 1
