@@ -95,6 +95,9 @@ class Launcher:
         # plain templates pass operands through to the kernel: a pointer is an int; others get a DevicePointer
         self._plain_args = type(impl).takes_scratch is Template.takes_scratch
         self._packed: dict[tuple, tuple[Any, ...] | bool] = {}  # (alpha, beta, stream) -> launch_ptrs' packed arguments
+        # templates that make their own arguments (tensor maps of the operands): the whole argument tuple per
+        # (operand addresses, alpha, beta, stream), so a call on addresses seen before makes none of it again
+        self._bound: dict[tuple, tuple[Any, ...]] = {}
         self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
         self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
 
@@ -150,10 +153,23 @@ class Launcher:
         elif self._plain_args:
             args = self._args(a, b, out, alpha, beta, scratch)
         else:
-            args = self._args(DevicePointer(a), DevicePointer(b), DevicePointer(out), alpha, beta, scratch)
-            # CuPy takes exact Python ints only: the template's own arguments hand the operands back as they came
-            args = tuple(int(x) if type(x) is DevicePointer else x for x in args)
+            args = self._bound.get((a, b, out, alpha, beta, key))
+            if args is None:
+                args = self._bind(a, b, out, alpha, beta, key, scratch)
         self._fn(self._grid, self._block, args, shared_mem=self._shared, stream=stream)
+
+    def _bind(self, a: int, b: int, out: int, alpha: float, beta: float, key: Any, scratch: tuple) -> tuple:
+        """The template's own arguments for these addresses, kept for the next call on them (a few dozen sets:
+        a model's activations come back to the same addresses from torch's caching allocator)."""
+        args = self._args(DevicePointer(a), DevicePointer(b), DevicePointer(out), alpha, beta, scratch)
+        # CuPy takes exact Python ints only: the template's own arguments hand the operands back as they came
+        args = tuple(int(x) if type(x) is DevicePointer else x for x in args)
+        if PACKED and _cupy_args():
+            args = tuple(_by_value(x) for x in args)
+        if len(self._bound) >= 64:
+            self._bound.clear()
+        self._bound[(a, b, out, alpha, beta, key)] = args
+        return args
 
     def _pack(self, alpha: float, beta: float, scratch: tuple[Any, ...]) -> tuple[Any, ...] | bool:
         """The kernel arguments after the three operand pointers, converted once into CuPy's own argument
