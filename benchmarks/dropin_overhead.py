@@ -10,7 +10,7 @@ host time per call minus torch's.
 
 ``--fake`` (CPU only) measures the drop-in's own Python: the kernel launch is a no-op, tensors live on the
 CPU, and the row "general path" is the route every call took before the fast serve (the backend's
-``linear`` over ``runtime.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
+``linear`` over ``autotune.serve.calls.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
 
 def _pair(torch, layer, x, bursts, sync) -> list[dict]:
     """torch's layer; the optimized copy; the optimized copy as before the fast paths (every call through
-    ``runtime.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
+    ``calls.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
     sent to the vendor (torch's op behind the router)."""
     import copy
     import dataclasses
@@ -167,7 +167,7 @@ def _fake_gpu() -> type:
         stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
 
         def gemm(self, a, b, out, alpha, beta):
-            pass  # the general path's runtime.gemm, as a no-op
+            pass  # the general path's calls.gemm, as a no-op
 
     return FakeGpu
 

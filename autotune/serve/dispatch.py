@@ -32,6 +32,14 @@ ENV_VENDOR = "AUTOTUNE_VENDOR"  # "0": serve our kernels as the lookup chain fin
 _OFF = ("0", "false", "no", "off")
 _flag: bool | None = None
 _warned: set[str] = set()
+_forgets: list[Callable[[], None]] = []  # memos of decisions (the runtime's launchers), cleared by set_online
+
+
+def on_setting_change(forget: Callable[[], None]) -> None:
+    """Have ``set_online`` call ``forget`` (once registered, however often asked): a layer that memoizes the
+    decisions made here (``runtime.forget_launchers``) registers its own clearing, so this module imports none."""
+    if forget not in _forgets:
+        _forgets.append(forget)
 
 
 def set_online(enabled: bool | None) -> None:
@@ -41,9 +49,8 @@ def set_online(enabled: bool | None) -> None:
     if enabled is not None and not isinstance(enabled, bool):
         raise TypeError(f"set_online takes True, False or None, got {enabled!r}")
     _flag = enabled
-    from . import runtime
-
-    runtime.forget_launchers()  # decisions made under the other setting no longer apply
+    for forget in _forgets:  # decisions made under the other setting no longer apply
+        forget()
 
 
 def online_enabled(override: bool | None = None) -> bool:

@@ -36,6 +36,7 @@ from ..build.templates import fits_installed, installed_renders, render, templat
 from ..core.errors import AutotuneError
 from ..kernels import FAMILIES
 from ..results.store import read_or_empty, tuned_file
+from . import dispatch
 from .launcher import Launcher, StagedLauncher
 
 if TYPE_CHECKING:
@@ -296,7 +297,7 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
     """
     import cupy as cp
 
-    from . import dispatch, serving
+    from . import serving
 
     problem, layout = _problem(kernel, dtype, layout, shape)
     tdir = Path(tuned_dir) if tuned_dir is not None else default_tuned_dir()
@@ -361,10 +362,4 @@ def forget_launchers() -> None:
         sys.modules["autotune.serve.torch_calls"].forget()
 
 
-def __getattr__(name: str) -> Any:
-    """``gemm``, ``conv2d`` and their operand helpers live in ``autotune.serve.calls``; reachable here as before."""
-    if name in ("gemm", "conv2d", "_as_cupy", "_stored", "_like"):
-        from . import calls
-
-        return getattr(calls, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+dispatch.on_setting_change(forget_launchers)  # set_online: decisions made under the other setting no longer apply

@@ -5,8 +5,8 @@ Each input signature of a routed module gets, once, a *fast serve*: a closure ho
 shape, dtype and device, which per call checks the operands' layout and alignment, allocates the output with
 ``torch.empty`` (or the bias, cloned, for the fused epilogue), and launches on the operands' ``data_ptr()`` on
 torch's current stream (read per call). No CuPy array is made and no stream context is entered. Calls it cannot
-take (an operand off a 16-byte boundary, another current device) return None and take the general path, the
-runtime's ``gemm``/``conv2d`` with torch tensors.
+take (an operand off a 16-byte boundary, another current device) return None and take the general path:
+``gemm``/``conv2d`` of ``autotune.serve.calls`` on torch tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..measure import streams
-from . import runtime
+from . import calls, runtime
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class AutotuneBackend:
 
     def __init__(self) -> None:
         self.grad_enabled = _torch().is_grad_enabled  # bound once: called on every routed call
-        self._gemm, self._conv = runtime.gemm, runtime.conv2d  # resolved once (autotune.serve.calls, where it exists)
+        self._gemm, self._conv = calls.gemm, calls.conv2d  # resolved once
 
     @staticmethod
     def step(kernel: str, problem: Any, sizes: dict[str, int], device: Any) -> str:

@@ -84,7 +84,7 @@ def _complete(trials: list[Any]) -> int:
 def _result(t: Any, config: Config | None = None) -> Any | None:
     """The search's result of a finished trial of another worker; None if it holds none (a duplicate, a yield,
     an interrupted or unevaluated trial)."""
-    from ..tune.search import result_from_trial
+    from .trial_record import result_from_trial
 
     status = t.user_attrs.get("status")
     if status in (None, "interrupted", "unevaluated") or "duplicate_of" in t.user_attrs:
@@ -163,7 +163,7 @@ class Claims:
         their configurations again; at most every MAINTAIN_S seconds."""
         import optuna
 
-        from ..tune.search import failed_orphans
+        from .orphans import failed_orphans
 
         now = time.monotonic()
         if now - self._last_maintained < MAINTAIN_S:
@@ -317,7 +317,7 @@ class Claims:
 
     def _publish(self, marker: Any, best: Any, vendor: Any) -> None:
         """Leave the final verdict in the claim's attributes for the other workers."""
-        from ..tune.search import result_attrs
+        from .trial_record import result_attrs
 
         marker.set_user_attr("final_vendor", [vendor[0], asdict(vendor[1])] if vendor else None)
         if best is not None:

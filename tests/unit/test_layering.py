@@ -40,20 +40,9 @@ STAGES: dict[str, tuple[str, ...]] = {
     "cli": (*_names("cli cli_parser compile_only torch __main__"), ""),
 }
 
-# Imports that break the layering or close a cycle today, in files this change could not touch: (importer,
-# imported) -> why, and whose file it is. Remove an entry when its import is fixed; the test fails on an entry
-# that no longer matches an import, so the list only shrinks.
-ALLOWED: dict[tuple[str, str], str] = {
-    # shared_study reaches back into search for names search re-exports; the fix is importing them where they
-    # live: result_from_trial and result_attrs from studies.trial_record, failed_orphans from studies.study_storage.
-    ("studies.shared_study", "tune.search"): "shared_study.py: import from .trial_record and .study_storage",
-    # set_online (dispatch) calls runtime.forget_launchers, while runtime imports dispatch; the memo could move to
-    # dispatch or a registry both read.
-    ("serve.dispatch", "serve.runtime"): "dispatch.py: set_online clears runtime's memo",
-    # runtime.__getattr__ keeps autotune.serve.runtime.gemm/conv2d working after they moved to calls.py, which
-    # imports runtime; dropping the alias (callers use autotune.gemm) removes the cycle.
-    ("serve.runtime", "serve.calls"): "runtime.py: the old runtime.gemm/conv2d alias",
-}
+# Imports that break the layering or close a cycle: (importer, imported) -> why. None today; an entry would be
+# removed when its import is fixed, and the test fails on an entry that no longer matches an import.
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:

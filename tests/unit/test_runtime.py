@@ -15,7 +15,7 @@ from autotune.build.templates import fits_installed, installed_renders, render, 
 from autotune.kernels import FAMILIES
 from autotune.results.export import export
 from autotune.results.store import merge
-from autotune.serve import runtime
+from autotune.serve import calls, runtime
 from autotune.serve.runtime import CubinCache, choose
 
 F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
@@ -213,9 +213,9 @@ def test_host_arrays_get_one_sentence_before_any_gpu_work():
 
     for bad in (np.ones((4, 4), np.float32),):
         with pytest.raises(TypeError, match="NumPy array in host memory"):
-            runtime.gemm(bad, bad)
+            calls.gemm(bad, bad)
     with pytest.raises(TypeError, match="must be a CuPy array"):
-        runtime.gemm([[1.0]], [[1.0]])
+        calls.gemm([[1.0]], [[1.0]])
 
 
 MMA = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, SWIZZLE=True, RASTER=8)
