@@ -30,6 +30,7 @@ __all__ = ["CONV", "CTYPE", "FIELDS", "ITEMSIZE", "LABEL", "LAYOUTS", "SHORT", "
 MAX_DIM = 2**31 - 1 - 4096  # coordinates are ints in the kernel (offsets are 64-bit)
 MAX_TENSOR_BYTES = 2**63 - 1  # element offsets are 64-bit (long long): a tensor's byte offsets must not wrap
 # Every conv2d template, in the order "auto" offers them.
+SPACES = {"float32": ("conv.yaml",), "float16": ("conv_fp16.yaml",)}  # the spec files that tune a conv2d, by dtype
 REGISTRY = (conv_direct, conv_implicit_simt, conv_implicit_wmma, conv_implicit_mma, conv_winograd, conv_im2col)
 
 
@@ -105,6 +106,9 @@ class ConvFamily(TemplateFamily):
     def variant(self, template: str, problem: ConvProblem) -> dict[str, Any]:
         """The render-context keys besides the parameters: dtype, layout and (implicit GEMM) alignment."""
         return self.template(template).variant_of(problem)
+
+    def spec_files(self, problem: ConvProblem) -> tuple[str, ...]:
+        return SPACES.get(problem.dtype, ())
 
     def default_config(self, dtype: str, layout: str = "NCHW") -> tuple[str, dict[str, Any]]:
         """The runtime's last resort (256 threads, 32 accumulators; 3x3 filters need 26 KB of shared memory)."""

@@ -158,3 +158,13 @@ class TemplateFamily(abc.ABC):
 
     @abc.abstractmethod
     def default_config(self, dtype: str, layout: str = ...) -> tuple[str, dict[str, Any]]: ...
+
+    def spec_files(self, problem: Any) -> tuple[str, ...]:
+        """The spec files under configs/ whose search space tunes ``problem`` when a workload names none, in the
+        order to try them (``autotune run workload.yaml``); () when none does."""
+        return ()
+
+    def load_problem(self, sizes: dict[str, int], dtype: str, layout: str) -> Any:
+        """The problem ``autotune.load(<family>, **sizes)`` names (``sizes``: its keyword sizes); ValueError or
+        TypeError with one sentence when they do not describe one."""
+        return self.problem(dict(sizes), dtype, layout)

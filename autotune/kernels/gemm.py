@@ -41,6 +41,13 @@ __all__ = ["CTYPE", "GEMM", "ITEMSIZE", "LAYOUTS", "SHORT", "SIMT_PARAMS", "Gemm
 MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
 MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 # Every GEMM template, in the order "auto" offers them (naive is left out of "auto").
+# The spec files (under configs/) whose space tunes a GEMM (``spec_files``), by dtype; small-M ones (M <= SMALL_M)
+# are tried first, and before those the NT decode space for B stored N x K (nn.Linear's weight): small M in every
+# dtype, and float32 at any M.
+SPACES = {"float32": ("gemm.yaml",), "float16": ("gemm_fp16.yaml",), "bfloat16": ("gemm_bf16.yaml",)}
+SMALL_M_SPACES = {"float32": ("gemm_skinny_fp32.yaml",), "float16": ("gemm_skinny.yaml",)}
+NT_SPACES = ("gemm_decode_nt.yaml",)
+SMALL_M = 64
 REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma,
             gemm_skinny_nt, gemm_wgmma, gemm_wgmma_decode, gemm_wgmma_tf32x3)  # fmt: skip
 
@@ -81,6 +88,18 @@ class GemmFamily(TemplateFamily):
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         return GemmProblem(*dims, dtype=dtype, layout=layout)
+
+    def spec_files(self, problem: GemmProblem) -> tuple[str, ...]:
+        small = problem.M <= SMALL_M
+        nt = problem.layout in ("NT", "TT") and (small or problem.dtype == "float32")
+        small_m = SMALL_M_SPACES.get(problem.dtype, ()) if small else ()
+        return (NT_SPACES if nt else ()) + small_m + SPACES.get(problem.dtype, ())
+
+    def load_problem(self, sizes: dict[str, int], dtype: str, layout: str) -> GemmProblem:
+        """``load("gemm", M=, N=, K=)``: exactly those three sizes."""
+        if set(sizes) != {"M", "N", "K"}:
+            raise ValueError(f"needs M, N and K, got {', '.join(sizes) or 'none'}")
+        return self.problem([sizes["M"], sizes["N"], sizes["K"]], dtype, layout)
 
     # --- configuration -> derived values ---------------------------------------------------------
 

@@ -12,8 +12,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import AutotuneError
-from ..kernels import FAMILIES
 from ..measure.streams import is_torch
 from .runtime import _by_call, _env, _hot, load
 
@@ -220,9 +218,6 @@ def conv2d(x: Any, w: Any, stride: int = 1, padding: int = 0, layout: str = "NCH
     ``__dlpack__`` (PyTorch tensors; a channels-last tensor is NHWC data: pass ``layout="NHWC"`` with it
     permuted to N, H, W, C). Operands that are not C-contiguous are copied first.
     """
-
-    if "conv2d" not in FAMILIES:
-        raise AutotuneError("this autotune has no conv2d kernel family")
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
     for name, v, low in (("stride", stride, 1), ("padding", padding, 0)):

@@ -269,16 +269,9 @@ def _problem(kernel: str, dtype: str, layout: str | None, shape: dict[str, int])
     if kernel not in FAMILIES:
         raise AutotuneError(f"unknown kernel family {kernel!r}; expected one of {', '.join(FAMILIES)}")
     family = FAMILIES[kernel]
-    layout = layout or getattr(family, "layouts", ("NN",))[0]
-    if kernel == "gemm":
-        if set(shape) != {"M", "N", "K"}:
-            raise AutotuneError(f"load('gemm', ...) needs M, N and K, got {', '.join(shape) or 'none'}")
-        try:
-            return family.problem([shape["M"], shape["N"], shape["K"]], dtype, layout), layout
-        except ValueError as exc:
-            raise AutotuneError(f"load('gemm', ...): {exc}") from None
+    layout = layout or family.layouts[0]
     try:
-        return family.problem(dict(shape), dtype, layout), layout
+        return family.load_problem(shape, dtype, layout), layout
     except (ValueError, TypeError) as exc:
         raise AutotuneError(f"load({kernel!r}, ...): {exc}") from None
 

@@ -1,7 +1,7 @@
 """``autotune run workload.yaml``: tune what a model runs, spending the budget where the model's time is.
 
 Each problem is tuned with ``template: auto`` over the search space of a spec (the workload's ``spaces:``, else
-the first default spec of :data:`DEFAULT_SPACES` whose templates compute that problem), warm-started from the
+the first of the family's default specs, ``spec_files``, whose templates compute that problem), warm-started from the
 nearest stored winners, in resumable slices chosen by :func:`autotune.tune.workload.schedule`. The end is a table per
 problem and for the whole model: the vendor's time, the time served (the faster of ours and the vendor's) and the
 gain, weighted by each problem's calls.
@@ -22,22 +22,6 @@ from ..core.errors import AutotuneError, SpecError
 from ..core.safe_yaml import load_yaml
 from .workload import SliceResult, Task, TaskState, Workload, final_rows, nearest_entries, schedule, warm_starts
 
-# (kernel, dtype) -> spec files whose space tunes it, tried in order; a file is taken for a problem when it
-# parses with that problem's dtype, layout and shape. ``small`` files are tried first for GEMMs with M <= 64.
-DEFAULT_SPACES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("gemm", "float32"): ("gemm.yaml",),
-    ("gemm", "float16"): ("gemm_fp16.yaml",),
-    ("gemm", "bfloat16"): ("gemm_bf16.yaml",),
-    ("conv2d", "float32"): ("conv.yaml",),
-    ("conv2d", "float16"): ("conv_fp16.yaml",),
-}
-# GEMMs with B stored N x K (nn.Linear's weight): small M in every dtype, and float32 at any M
-NT_SPACES: tuple[str, ...] = ("gemm_decode_nt.yaml",)
-SMALL_M_SPACES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("gemm", "float32"): ("gemm_skinny_fp32.yaml",),
-    ("gemm", "float16"): ("gemm_skinny.yaml",),
-}
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -54,14 +38,13 @@ def configs_dir() -> Path:
 
 
 def candidate_files(workload: Workload, task: Task) -> list[Path]:
-    key = (task.kernel, task.problem.dtype)
+    """The workload's space for the task's family and dtype, else the family's default spec files, in order."""
+    from ..kernels import FAMILIES
+
     named = workload.spaces.get(f"{task.kernel}/{task.problem.dtype}")
     if named:
         return [Path(named)]
-    small = getattr(task.problem, "M", 1 << 30) <= 64
-    nt = task.kernel == "gemm" and task.problem.layout in ("NT", "TT") and (small or task.problem.dtype == "float32")
-    names = (NT_SPACES if nt else ()) + (SMALL_M_SPACES.get(key, ()) if small else ()) + DEFAULT_SPACES.get(key, ())
-    return [configs_dir() / n for n in names]
+    return [configs_dir() / n for n in FAMILIES[task.kernel].spec_files(task.problem)]
 
 
 def plan(workload: Workload, entries: Callable[[str], dict[str, Any]]) -> Plan:
