@@ -212,7 +212,6 @@ def test_the_graph_reads_relative_absolute_and_lazy_imports(source, expected, tm
 # Modules outside autotune/kernels/ that still branch on a family's or template's name, in files other helpers own:
 # module -> what the branch does and where its knowledge belongs. Remove an entry once its branch moves.
 NAMES_ALLOWED: dict[str, str] = {
-    "torch": "torch.py: nn.Conv2d vs nn.Linear routing (a module kind named like the family)",
     "measure.vendor": "vendor.py: cuBLAS vs cuDNN per family; the family's vendor() could serve on the caller's stream",
 }
 
