@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -180,6 +181,55 @@ class ConvFamily(TemplateFamily):
             tx, tw = tx.permute(0, 3, 1, 2), tw.permute(0, 3, 1, 2)
         conv = torch.nn.functional.conv2d
         return "cuDNN (torch)", lambda: conv(tx, tw, stride=problem.stride, padding=problem.pad)
+
+    # --- serving: the vendor library called like a Launcher (autotune.measure.vendor) -------------
+
+    def vendor_library(self, dtype: str, torch_ok: Callable[[], bool]) -> tuple[str | None, str]:
+        """cuDNN through torch, in every dtype."""
+        if torch_ok():
+            return "cuDNN (torch)", ""
+        return None, "cuDNN is unavailable (no torch with CUDA): autotune's conv2d kernel serves it, unchecked"
+
+    def vendor_call(self, problem: ConvProblem, on_cupy_stream: Callable[[], Any]) -> Callable[..., Any]:
+        """cuDNN through torch on x, w and y as stored; y = conv(x, w) only (alpha 1, beta 0)."""
+        return functools.partial(_cudnn, problem, self.shapes(problem), on_cupy_stream)
+
+    def vendor_torch_call(self, problem: ConvProblem) -> Callable[..., Any]:
+        """``(x, w) -> y``: cuDNN on torch tensors stored in the problem's layout; the result in that layout (a
+        torch view). float32 runs without TF32 (our float32 kernels compute in full fp32), the caller's setting
+        restored."""
+        return functools.partial(_torch_conv, problem)
+
+
+def _cudnn(p: ConvProblem, shapes: tuple[tuple[int, ...], ...], on_cupy_stream: Callable[[], Any], x: Any, w: Any,
+           out: Any, alpha: float, beta: float) -> Any:  # fmt: skip
+    import torch
+
+    if alpha != 1.0 or beta != 0.0:
+        raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
+    xs, ws, _ = shapes
+    dev = f"cuda:{out.device.id}"
+    tx, tw, tout = (torch.as_tensor(v, device=dev) for v in (x.reshape(xs), w.reshape(ws), out))
+    with on_cupy_stream():
+        y = _torch_conv(p, tx, tw)
+        tout.copy_(y)
+    return out
+
+
+def _torch_conv(p: ConvProblem, x: Any, w: Any) -> Any:
+    import torch
+
+    if p.layout == "NHWC":  # logical NCHW views with channels-last strides
+        x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+    cudnn = torch.backends.cudnn
+    allow = cudnn.allow_tf32
+    if p.dtype == "float32" and allow:
+        cudnn.allow_tf32 = False
+    try:
+        y = torch.nn.functional.conv2d(x, w, stride=p.stride, padding=p.pad)
+    finally:
+        cudnn.allow_tf32 = allow
+    return y.permute(0, 2, 3, 1) if p.layout == "NHWC" else y
 
 
 CONV = ConvFamily()

@@ -164,6 +164,24 @@ class TemplateFamily(abc.ABC):
         order to try them (``autotune run workload.yaml``); () when none does."""
         return ()
 
+    # --- the vendor library, served like our kernels (``autotune.measure.vendor``) --------------------------
+
+    def vendor_library(self, dtype: str, torch_ok: Callable[[], bool]) -> tuple[str | None, str]:
+        """(its name, "") when a vendor library computes the family's ``dtype`` problems here, else (None, the
+        sentence that says why not); ``torch_ok()`` (whether torch imports with CUDA) is asked only where the
+        library is reached through torch."""
+        return None, f"no vendor library computes {self.name}"
+
+    def vendor_call(self, problem: Any, on_cupy_stream: Callable[[], Any]) -> Callable[..., Any]:
+        """The vendor library's ``(a, b, out, alpha, beta) -> out`` for one problem, called like a ``Launcher``
+        (operands as stored, ``out`` filled) on CuPy's current stream; torch work runs inside
+        ``on_cupy_stream()``. Made once per launcher; CuPy and torch are imported when it runs."""
+        raise ValueError(f"no vendor library computes {self.name}")
+
+    def vendor_torch_call(self, problem: Any) -> Callable[..., Any]:
+        """The vendor library on torch tensors, on torch's current stream (the family says with which arguments)."""
+        raise ValueError(f"no vendor library computes {self.name}")
+
     def load_problem(self, sizes: dict[str, int], dtype: str, layout: str) -> Any:
         """The problem ``autotune.load(<family>, **sizes)`` names (``sizes``: its keyword sizes); ValueError or
         TypeError with one sentence when they do not describe one."""

@@ -2,7 +2,8 @@
 
 Each module belongs to one stage of the pipeline (``STAGES``, the one place that says which); a module imports
 only from its own stage or earlier ones, and no chain of imports leads back to where it started. Imports inside
-functions count: a lazy import is still a dependency, only a later one.
+functions count: a lazy import is still a dependency, only a later one. There are no exceptions: no module is
+exempt from either rule, nor from the check below that generic modules name no kernel family or template.
 
 The order differs from the data-flow picture in one place, on purpose: ``results`` (the tuned/ files) comes before
 ``tune``, because a tuning session stores its winners with ``store``; T4 records are read from studies, so ``t4``
@@ -39,10 +40,6 @@ STAGES: dict[str, tuple[str, ...]] = {
     # the entry points: the command line, the torch drop-in, and the package's public names ("")
     "cli": (*_names("cli cli_parser compile_only torch __main__"), ""),
 }
-
-# Imports that break the layering or close a cycle: (importer, imported) -> why. None today; an entry would be
-# removed when its import is fixed, and the test fails on an entry that no longer matches an import.
-ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:
@@ -134,11 +131,7 @@ def _upward_imports() -> list[tuple[str, str]]:
 
 
 def test_a_module_imports_only_from_its_own_stage_or_earlier_ones():
-    wrong = [
-        f"{_shown(m)} ({stage_of(m)}) imports {_shown(dep)} ({stage_of(dep)})"
-        for m, dep in _upward_imports()
-        if (m, dep) not in ALLOWED
-    ]
+    wrong = [f"{_shown(m)} ({stage_of(m)}) imports {_shown(dep)} ({stage_of(dep)})" for m, dep in _upward_imports()]
     assert not wrong, "imports against the pipeline's order:\n" + "\n".join(wrong)
 
 
@@ -155,8 +148,6 @@ def _cycles() -> list[list[str]]:
         stack.append(v)
         on_stack.add(v)
         for w in sorted(GRAPH[v]):
-            if (v, w) in ALLOWED:
-                continue
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -184,11 +175,6 @@ def test_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(map(_shown, c)) for c in cycles)
 
 
-def test_every_allowed_exception_still_matches_an_import():
-    stale = [f"{_shown(a)} -> {_shown(b)}" for a, b in ALLOWED if b not in GRAPH.get(a, set())]
-    assert not stale, "remove these fixed entries from ALLOWED: " + ", ".join(stale)
-
-
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
@@ -208,12 +194,6 @@ def test_the_graph_reads_relative_absolute_and_lazy_imports(source, expected, tm
 
 
 # --- generic modules name no kernel family or template --------------------------------------------------------
-
-# Modules outside autotune/kernels/ that still branch on a family's or template's name, in files other helpers own:
-# module -> what the branch does and where its knowledge belongs. Remove an entry once its branch moves.
-NAMES_ALLOWED: dict[str, str] = {
-    "measure.vendor": "vendor.py: cuBLAS vs cuDNN per family; the family's vendor() could serve on the caller's stream",
-}
 
 
 def _kernel_names() -> set[str]:
@@ -241,17 +221,17 @@ def named_kernels(source: str, names: set[str]) -> list[tuple[int, str]]:
 
 
 def test_no_generic_module_branches_on_a_kernel_family_or_template_name():
+    """What differs between families or templates is asked of them (``FAMILIES[kernel].<method>``): the problem
+    ``load()``'s sizes name (``load_problem``), the default spec files (``spec_files``), the vendor library and its
+    call (``vendor_library``, ``vendor_call``, ``vendor_torch_call``). A name passed as an argument is no branch:
+    the public entry points name the family they serve (``autotune.conv2d`` calls ``load("conv2d", ...)``, the
+    drop-in maps nn.Linear to ``"gemm"``), and the drop-in's own branches are on torch's module types
+    (``autotune.torch.Kind``)."""
     names = _kernel_names()
     generic = {m: p for m, p in MODULES.items() if stage_of(m) != "kernels"}
-    hits = {m: named_kernels(p.read_text(), names) for m, p in generic.items()}
-    wrong = [
-        f"{_shown(m)}:{line} names {name!r}" for m, h in hits.items() if m not in NAMES_ALLOWED for line, name in h
-    ]
-    assert not wrong, "move what these branches know into the family or template (autotune/kernels):\n" + "\n".join(
-        wrong
-    )
-    stale = [m for m in NAMES_ALLOWED if not hits.get(m)]
-    assert not stale, f"remove from NAMES_ALLOWED, they name no kernel any more: {stale}"
+    hits = [(m, line, name) for m, p in generic.items() for line, name in named_kernels(p.read_text(), names)]
+    wrong = "\n".join(f"{_shown(m)}:{line} names {name!r}" for m, line, name in hits)
+    assert not wrong, "move what these branches know into the family or template (autotune/kernels):\n" + wrong
 
 
 def test_the_name_check_sees_comparisons_memberships_and_subscripts():
