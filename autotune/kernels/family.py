@@ -4,7 +4,10 @@ A family (GEMM, conv2d) lists its ``Template`` objects in one registry; this bas
 ``TemplateInfo`` (with the "auto" template whose TEMPLATE parameter picks one of them), resolves "auto"
 configurations to the template they render, and dispatches checks, derived values, the render context, kernel
 names, launches, scratch and kernel arguments to that template. The family itself keeps what is its own: its
-problem type (``problem``), inputs, reference, vendor baseline and the plain kernel arguments.
+problem type (``problem``, and ``load_problem`` for ``autotune.load``'s sizes), inputs, reference, vendor baseline
+and the vendor library served like a launcher (``vendor_library``, ``vendor_call``, ``vendor_torch_call``), the
+default spec files that tune its problems (``spec_files``) and the plain kernel arguments. Generic code asks these
+of ``FAMILIES[kernel]`` and never compares a family's name.
 
 Callers that pass no ``limits`` get the sm_90 table's (``autotune.core.limits.SM90``), the GPU the stored entries
 were tuned on.
