@@ -216,6 +216,10 @@ MMA_PTX = r"""
 struct WarpExchange { const unsigned short* rows[32]; unsigned a[32][4]; unsigned b[32][2]; };
 host_barrier* g_warp_bar[32];
 WarpExchange g_wx[32];
+// The mma operands go through two exchanges in turn: the next mma writes the other, and the one after waits at the
+// next one's barrier, which every lane reaches only after reading this one; so an mma meets its warp once, not twice.
+WarpExchange g_mma_x[2][32];
+thread_local unsigned t_mma_turn = 0;
 unsigned char* g_smem_base;
 size_t g_smem_size;
 std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
@@ -286,12 +290,13 @@ inline float bits_to_float(unsigned short h, __nv_bfloat16*) { return __uint_as_
 template <class X>
 inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  for (int i = 0; i < 4; ++i) g_wx[w].a[l][i] = a[i];
-  for (int i = 0; i < 2; ++i) g_wx[w].b[l][i] = b[i];
+  WarpExchange& x = g_mma_x[t_mma_turn ^= 1u][w];
+  for (int i = 0; i < 4; ++i) x.a[l][i] = a[i];
+  for (int i = 0; i < 2; ++i) x.b[l][i] = b[i];
   __syncwarp();
   auto half = [](unsigned reg, int k) { return (unsigned short)(k % 2 ? reg >> 16 : reg & 0xffffu); };
-  auto A_ = [&](int r, int k) { return bits_to_float(half(g_wx[w].a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k), (X*)nullptr); };
-  auto B_ = [&](int k, int n) { return bits_to_float(half(g_wx[w].b[n * 4 + (k % 8) / 2][k / 8], k), (X*)nullptr); };
+  auto A_ = [&](int r, int k) { return bits_to_float(half(x.a[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k), (X*)nullptr); };
+  auto B_ = [&](int k, int n) { return bits_to_float(half(x.b[n * 4 + (k % 8) / 2][k / 8], k), (X*)nullptr); };
   const int g = l / 4, q = l % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
@@ -299,7 +304,6 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (
     for (int k = 0; k < 16; ++k) s += A_(row, k) * B_(k, col);
     d[e] = s;
   }
-  __syncwarp();
 }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 // cvt.rna.tf32.f32: round the 23-bit mantissa to 10 bits, ties away from zero (sign-magnitude: add half an ulp)
@@ -312,12 +316,13 @@ inline unsigned host_tf32(float x) {
 // a0 (g, q), a1 (g+8, q), a2 (g, q+4), a3 (g+8, q+4); b0 (k q, n g), b1 (k q+4, n g); c0, c1 (g, 2q..), c2, c3 (g+8, 2q..)
 inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  for (int i = 0; i < 4; ++i) g_wx[w].a[l][i] = a[i];
-  g_wx[w].b[l][0] = b0; g_wx[w].b[l][1] = b1;
+  WarpExchange& x = g_mma_x[t_mma_turn ^= 1u][w];  // the exchange in turn, as in mma_m16n8k16
+  for (int i = 0; i < 4; ++i) x.a[l][i] = a[i];
+  x.b[l][0] = b0; x.b[l][1] = b1;
   __syncwarp();
   auto tf = [](unsigned u) { return __uint_as_float(u & 0xffffe000u); };
-  auto A_ = [&](int r, int k) { return tf(g_wx[w].a[(r % 8) * 4 + k % 4][r / 8 + 2 * (k / 4)]); };
-  auto B_ = [&](int k, int n) { return tf(g_wx[w].b[n * 4 + k % 4][k / 4]); };
+  auto A_ = [&](int r, int k) { return tf(x.a[(r % 8) * 4 + k % 4][r / 8 + 2 * (k / 4)]); };
+  auto B_ = [&](int k, int n) { return tf(x.b[n * 4 + k % 4][k / 4]); };
   const int g = l / 4, q = l % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + 8 * (e / 2), col = 2 * q + e % 2;
@@ -325,7 +330,6 @@ inline void host_mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], unsigne
     for (int k = 0; k < 8; ++k) s += A_(row, k) * B_(k, col);
     d[e] = s;
   }
-  __syncwarp();
 }
 """
 

@@ -225,14 +225,14 @@ def test_the_family_default_for_nt_decode_is_skinny_nt_and_fits():
 # counters; it cannot check the GPU's memory model or speed.
 
 SHFL = r"""
-float g_shfl[32][32];
+float g_shfl[2][32][32];  // two exchanges in turn, so a shuffle meets its warp once (as the mma's: host_cuda.py)
+thread_local unsigned t_shfl_turn = 0;
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-  g_shfl[w][l] = v;
+  float (&x)[32] = g_shfl[t_shfl_turn ^= 1u][w];
+  x[l] = v;
   __syncwarp();
-  const float r = g_shfl[w][l ^ o];
-  __syncwarp();  // every lane has read before the next shuffle writes
-  return r;
+  return x[l ^ o];
 }
 """
 
