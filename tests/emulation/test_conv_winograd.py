@@ -406,16 +406,23 @@ EMULATED = [
 
 
 def _one_build_a_label(cases):
-    """In the CPU tier each configuration's cases run in the dtype and layout of its first case: one g++ build a
-    configuration (a build costs ~10 times a run), and every shape, each hitting its edges, still runs. The other
-    dtypes and layouts compile in test_configurations_compile_...; AUTOTUNE_FULL_SWEEP=1 runs the cases as listed."""
+    """The CPU tier's cases: configurations that together hold every parameter value (and both dtypes and
+    layouts) of the listed ones (tests/sweep.value_cover), each with all its shapes (they hit the edges), run in the
+    dtype and layout of its first case: one g++ build a configuration (a build costs ~10 times a run). The other
+    configurations, dtypes and layouts compile in test_configurations_compile_...; AUTOTUNE_FULL_SWEEP=1 runs the
+    cases as listed."""
     if full_sweep():
         return cases
     first: dict[str, tuple[str, str]] = {}
+    for label, _, dtype, layout in cases:
+        first.setdefault(label, (dtype, layout))
+    labels = list(first)
+    configs = [dict(GOOD[label], dtype=first[label][0], layout=first[label][1]) for label in labels]
+    chosen = {labels[configs.index(c)] for c in value_cover(configs)}
     out = []
-    for label, shape, dtype, layout in cases:
-        case = (label, shape, *first.setdefault(label, (dtype, layout)))
-        if case not in out:
+    for label, shape, _, _ in cases:
+        case = (label, shape, *first[label])
+        if label in chosen and case not in out:
             out.append(case)
     return out
 
