@@ -33,8 +33,8 @@ STAGES: dict[str, tuple[str, ...]] = {
     "measure": _names("bench energy verify streams vendor evaluate worker"),
     "results": _names("store export"),
     "tune": _names(
-        "spec spec_params workload samplers study_storage storage_checks study_database shared_study trial_record "
-        "search search_state finalists session tune_workload gpu_workers ladder replay t4"
+        "spec spec_params workload samplers samplers_ga study_storage storage_checks study_database shared_study "
+        "trial_record search search_state finalists session tune_workload gpu_workers ladder replay t4"
     ),
     "serve": _names("launcher runtime dispatch calls torch_calls choices online serving recording torch_backend torch"),
     "report": _names("report report.*"),
