@@ -45,6 +45,7 @@ class GeneticSampler(optuna.samplers.BaseSampler):
         self._rows = np.zeros((0, 0), dtype=np.int64)  # feasible configurations as value positions, -1: absent
         self._row_of: dict[tuple[int, ...], int] = {}
         self._generation: list[int] = []  # rows of the generation being handed out
+        self._known: set[str] = set()  # configurations with a result when that generation was bred
         self._queue: list[int] = []  # its rows not handed out yet
         self._plans: dict[int, dict[str, Any]] = {}  # trial number -> the configuration it was given
 
@@ -106,13 +107,16 @@ class GeneticSampler(optuna.samplers.BaseSampler):
         """The next generation from the last one ranked by time: distinct children of rank-drawn parents."""
         times = _times(study, self._space)
         ranked = sorted(self._generation, key=lambda r: times.get(self._key(r), math.inf))
+        # a generation that measured nothing new has converged: every child of the next one is mutated
+        stuck = all(self._key(r) in self._known for r in self._generation)
+        self._known = set(times)
         children: list[int] = []
         for _ in range(20 * self._population):  # a converged population may not have enough distinct children
             if len(children) >= self._population:
                 break
             a, b = self._parents(ranked)
             for child in self._cross(a, b):
-                child = self._mutate(child)
+                child = self._mutate(child, always=stuck)
                 if child not in children and len(children) < self._population:
                     children.append(child)
         return children
@@ -132,8 +136,8 @@ class GeneticSampler(optuna.samplers.BaseSampler):
         cut = int(self._rng.random() * len(x))
         return self._repair(np.concatenate([x[:cut], y[cut:]])), self._repair(np.concatenate([y[:cut], x[cut:]]))
 
-    def _mutate(self, row: int) -> int:
-        if int(self._rng.random() * self._mutation) != 0:
+    def _mutate(self, row: int, always: bool = False) -> int:
+        if not always and int(self._rng.random() * self._mutation) != 0:
             return row
         hamming = np.flatnonzero((self._rows != self._rows[row]).sum(axis=1) == 1)
         return int(self._rng.choice(hamming)) if len(hamming) else row

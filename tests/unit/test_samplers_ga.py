@@ -53,6 +53,14 @@ def test_each_generation_is_distinct_and_the_search_improves_on_the_first():
     assert last < first
 
 
+def test_a_converged_population_is_mutated_and_the_search_goes_on_to_new_configurations():
+    """Repeats cost the loop nothing but a search of repeats alone would end as exhausted: a generation that
+    measured nothing new is followed by one of mutated children."""
+    for seed in range(2):
+        proposed = _search(seed, trials=400)
+        assert len({Config.of(p).key for p in proposed}) > len(FEASIBLE) // 2
+
+
 def test_a_seed_gives_the_same_search_and_another_seed_another():
     assert _search(seed=5, trials=40) == _search(seed=5, trials=40)
     assert _search(seed=5, trials=40) != _search(seed=6, trials=40)
