@@ -3,22 +3,22 @@
 Importing this package touches neither the GPU nor Optuna; those load when they are first used.
 """
 
-from .calls import conv2d, gemm
-from .dispatch import set_online
-from .errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
-from .evaluate import Candidate, Settings, Status, TrialResult, evaluate
-from .expr import Expression
-from .hooks import set_call_observer
-from .runtime import Launcher, load
-from .space import Config, Param, Space
-from .spec import Spec, load_spec, parse_spec
-from .vendor import VendorLauncher
-from .version import __version__ as __version__
+from .core.errors import AutotuneError, ConstraintError, NoGPUError, SpecError, StoreError
+from .core.expr import Expression
+from .core.hooks import set_call_observer
+from .core.space import Config, Param, Space
+from .core.version import __version__ as __version__
+from .measure.evaluate import Candidate, Settings, Status, TrialResult, evaluate
+from .measure.vendor import VendorLauncher
+from .serve.calls import conv2d, gemm
+from .serve.dispatch import set_online
+from .serve.runtime import Launcher, load
+from .tune.spec import Spec, load_spec, parse_spec
 
 
 def __getattr__(name: str):  # lazy: autotune.record and autotune.torch load only when first used
     if name == "record":
-        from .recording import record
+        from .serve.recording import record
 
         return record
     if name == "torch":

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .cli_parser import build_parser
-from .errors import AutotuneError
+from .core.errors import AutotuneError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return compare_command(args.a, args.b, args.out, show_all=args.show_all)
         if args.command == "replay":
-            from .replay import replay_command
+            from .tune.replay import replay_command
 
             return replay_command(args.record, args.sampler, args.runs, args.budget, args.abort_ratio, args.out,
                                   args.startup)  # fmt: skip
         if args.command == "export-t4":
-            from .t4 import export_command
+            from .tune.t4 import export_command
 
             return export_command(args.source, args.study, args.out)
     except AutotuneError as exc:
@@ -70,8 +70,8 @@ def _user_error(message: str, code: int, verbose: int) -> int:
 
 def _current_gpu(hint: str) -> Any:
     """This GPU, or one sentence saying why there is none followed by what this command can do instead."""
-    from .device import current_gpu
-    from .errors import NoGPUError
+    from .core.device import current_gpu
+    from .core.errors import NoGPUError
 
     try:
         return current_gpu()
@@ -80,14 +80,14 @@ def _current_gpu(hint: str) -> Any:
 
 
 def cmd_ladder(args: argparse.Namespace) -> int:
-    from .evaluate import Settings
     from .kernels import FAMILIES
-    from .ladder import measure_ladder, rungs
+    from .measure.evaluate import Settings
+    from .measure.verify import tolerance_for
     from .report import markdown_table
-    from .runtime import default_tuned_dir
-    from .search import FINAL_PLAN
-    from .store import entry_key, read, tuned_file
-    from .verify import tolerance_for
+    from .results.store import entry_key, read, tuned_file
+    from .serve.runtime import default_tuned_dir
+    from .tune.ladder import measure_ladder, rungs
+    from .tune.search import FINAL_PLAN
 
     if args.kernel not in FAMILIES:
         raise AutotuneError(f"--kernel {args.kernel!r} is not a kernel family; expected one of {', '.join(FAMILIES)}")
@@ -116,8 +116,8 @@ def cmd_ladder(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export
-    from .runtime import default_tuned_dir
+    from .results.export import export
+    from .serve.runtime import default_tuned_dir
 
     tuned_dir = args.tuned_dir or default_tuned_dir()
     if not tuned_dir.is_dir():
@@ -133,7 +133,7 @@ def _positive(name: str, v: float | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .spec import load_spec
+    from .tune.spec import load_spec
 
     _positive("--trials", args.trials)
     _positive("--minutes", args.minutes)
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.sampler:
         from dataclasses import replace
 
-        from .spec import sampler_problem
+        from .tune.spec import sampler_problem
 
         problem = sampler_problem(spec.objective, args.sampler)
         if problem:
@@ -174,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return compile_only(spec, args, _current_gpu)
     if args.gpus:
-        from .gpu_workers import parse_gpus, run_workers, visible_gpu_count
+        from .tune.gpu_workers import parse_gpus, run_workers, visible_gpu_count
 
         gpus = parse_gpus(args.gpus, visible_gpu_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
         return run_workers(args.argv, gpus, args.jobs, args.runs_dir / spec.name / "workers")
@@ -186,8 +186,8 @@ def _is_workload_file(path: str) -> bool:
     whose loader then says what is wrong."""
     import yaml
 
-    from .safe_yaml import load_yaml
-    from .workload import is_workload
+    from .core.safe_yaml import load_yaml
+    from .tune.workload import is_workload
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -197,8 +197,8 @@ def _is_workload_file(path: str) -> bool:
 
 
 def _run_options(args: argparse.Namespace) -> Any:
-    from .gpu_workers import WORKER_ENV
-    from .session import RunOptions
+    from .tune.gpu_workers import WORKER_ENV
+    from .tune.session import RunOptions
 
     # A storage named by the user may be shared with other workers and GPU models (the default one is this GPU
     # model's own file): the studies then carry the GPU key, and workers claim what they evaluate.
@@ -210,9 +210,9 @@ def _run_options(args: argparse.Namespace) -> Any:
 
 
 def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
-    from .progress import Progress
+    from .core.progress import Progress
     from .report import final_table, problem_name
-    from .session import TuningSession
+    from .tune.session import TuningSession
 
     gpu = _current_gpu("use --compile-only --arch sm_90 to compile without one")
     trials = args.trials if args.trials is not None else spec.budget.trials
@@ -243,9 +243,9 @@ def tune(spec: Any, problems: list[Any], args: argparse.Namespace) -> int:
 
 def tune_workload(args: argparse.Namespace) -> int:
     """``autotune run workload.yaml``: the model's problems in slices of one budget (``--minutes``, in total)."""
-    from .session import TuningSession
-    from .tune_workload import run_workload
-    from .workload import load_workload
+    from .tune.session import TuningSession
+    from .tune.tune_workload import run_workload
+    from .tune.workload import load_workload
 
     for flag, value in (("--trials", args.trials), ("--shape", args.shape), ("--compile-only", args.compile_only)):
         if value:

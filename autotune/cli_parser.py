@@ -166,8 +166,8 @@ def _report_parsers(sub: Any) -> None:
 
 
 def _replay_parsers(sub: Any) -> None:
-    """``replay`` and ``export-t4``: search strategies on recorded spaces (autotune.replay, autotune.t4)."""
-    from .replay import SAMPLERS
+    """``replay`` and ``export-t4``: search strategies on recorded spaces (autotune.tune.replay, autotune.tune.t4)."""
+    from .tune.replay import SAMPLERS
 
     rp = sub.add_parser(
         "replay", help="replay a recorded space (T4 or Kernel Tuner cache) through the search loop, no GPU",
@@ -202,7 +202,7 @@ def _version_line() -> str:
     """``autotune 0.1.0 (Python 3.11.7, optuna 5.0.0, cupy-cuda13x 14.2.0)``: what is installed, read when asked."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from .version import __version__
+    from .core.version import __version__
 
     parts = [f"Python {sys.version.split()[0]}"]
     for package in ("optuna", "cupy-cuda13x", "cupy-cuda12x", "cupy"):

@@ -8,16 +8,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .errors import AutotuneError
-from .limits import for_arch
+from .core.errors import AutotuneError
+from .core.limits import for_arch
 
 COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --limit may render (gemm.yaml: 103,680)
 
 
 def compile_only(spec: Any, args: argparse.Namespace, current_gpu: Callable[[str], Any]) -> int:
     """Render and compile a spec's candidates for an architecture (no GPU needed with ``--arch``)."""
-    from .compiler import nvrtc_version, require_nvrtc
-    from .evaluate import Settings
+    from .build.compiler import nvrtc_version, require_nvrtc
+    from .measure.evaluate import Settings
 
     require_nvrtc()
     arch, max_shared = _target(args.arch, current_gpu)
@@ -69,7 +69,7 @@ class _Sources:
         self._hashes: set[str] = set()
 
     def add(self, config: Any) -> None:
-        from .evaluate import Candidate, render_candidate, static_check
+        from .measure.evaluate import Candidate, render_candidate, static_check
 
         for problem in self.spec.problems:
             cand = Candidate(self.spec.kernel, self.spec.template, problem, config)
@@ -84,7 +84,7 @@ class _Sources:
     def sample(self, limit: int) -> list[Any]:
         """A seeded sample without rendering the whole space (the conv specs have millions of configurations):
         random walks through the parameters, constraints checked, until ``limit`` distinct valid sources."""
-        from .space import Config
+        from .core.space import Config
 
         space = self.spec.space
         rng, seen = random.Random(self.spec.seed), set()
@@ -100,7 +100,7 @@ class _Sources:
 
     def every(self) -> list[Any]:
         """Every configuration that passes the constraints, rendered; refused for a space too large for that."""
-        from .progress import Progress
+        from .core.progress import Progress
 
         spec = self.spec
         size = spec.space.size_before_constraints()
@@ -154,8 +154,8 @@ def _time_left(seconds: float | None) -> str:
 
 def _compile_all(rendered: list[Any], arch: str, jobs: int) -> list[Any]:
     """Compile every rendered candidate in a process pool, in order, with a progress bar on stderr."""
-    from .compile_pool import CompilePool
-    from .progress import Progress
+    from .build.compile_pool import CompilePool
+    from .core.progress import Progress
 
     if not rendered:
         return []

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import dispatch, recording, runtime
-from .torch_backend import AutotuneBackend, _torch, step_of
+from .serve import dispatch, recording, runtime
+from .serve.torch_backend import AutotuneBackend, _torch, step_of
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,14 @@ class Fallback(StrEnum):
     RUNTIME = "the runtime cannot serve the problem"
 
 
+class Kind(StrEnum):
+    """The torch modules the drop-in routes, named after their classes; the family that serves each is named
+    where its problem is made (``plan_call``)."""
+
+    LINEAR = "linear"  # nn.Linear: the GEMM of layout NT
+    CONV2D = "conv2d"  # nn.Conv2d: the convolution, NCHW or NHWC
+
+
 class Route(StrEnum):
     AUTOTUNE = "autotune"  # a kernel of autotune
     VENDOR = "vendor"  # the runtime serves the vendor library: torch's op directly
@@ -63,8 +71,8 @@ _AUTOTUNE, _VENDOR, _TORCH = Route.AUTOTUNE, Route.VENDOR, Route.TORCH  # module
 
 
 def structural_reason(kind: str, module: Any) -> Fallback | None:
-    """Why ``module`` (of ``kind`` "linear" or "conv2d") can never be routed, from its attributes alone."""
-    if kind != "conv2d":
+    """Why ``module`` (of a ``Kind``) can never be routed, from its attributes alone."""
+    if kind != Kind.CONV2D:
         return None
     padding, fb = module.padding, Fallback
     checks = ((module.groups != 1, fb.GROUPS), (isinstance(padding, str), fb.PADDING_STRING),
@@ -91,9 +99,9 @@ def plan_call(kind: str, module: Any, shape: tuple[int, ...], dtypes: tuple[str,
     (input, weight) ``dtypes``; pure but for ``backend.step``, the runtime's answer."""
     if dtypes[0] != dtypes[1]:
         return Plan(Route.TORCH, Fallback.MIXED_DTYPE)
-    if dtypes[0] not in (LINEAR_DTYPES if kind == "linear" else CONV_DTYPES):
+    if dtypes[0] not in (LINEAR_DTYPES if kind == Kind.LINEAR else CONV_DTYPES):
         return Plan(Route.TORCH, Fallback.DTYPE)
-    if kind == "linear":
+    if kind == Kind.LINEAR:
         n, k = module.out_features, module.in_features
         m = math.prod(shape[:-1]) if shape else 0
         if not shape or shape[-1] != k or min(m, n, k) < 1:
@@ -165,6 +173,7 @@ class Router:
         self.module, self.kind, self.backend, self.fuse_bias = module, kind, backend, fuse_bias
         self.torch_forward: Callable[[Any], Any] = type(module).forward.__get__(module)
         self.static = structural_reason(kind, module)
+        self.by_layout = kind == Kind.CONV2D  # served NCHW or NHWC, as each input comes
         self.plans: dict[tuple, Plan] = {}
         self.calls, self.fallbacks = Counter[str](), Counter[str]()
         self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
@@ -184,7 +193,7 @@ class Router:
             reason = Fallback.AUTOGRAD
         if reason is not None or not backend.on_device(x):
             return self._fallback(reason or Fallback.DEVICE, x)
-        layout = backend.layout_of(x) if self.kind == "conv2d" else None
+        layout = backend.layout_of(x) if self.by_layout else None
         key = (x.shape, x.dtype, w.dtype, x.device, layout)
         fast = self.fast.get(key)
         if fast is not None and fast[0] == runtime.generation:  # the steady state: served by our kernel
@@ -276,7 +285,7 @@ class Router:
             out = fast(x, self.param("weight"), self.param("bias")) if fast is not None else None
             if out is not None:
                 return out
-            if self.kind == "linear":
+            if self.kind == Kind.LINEAR:
                 rows = backend.rows(x, m.in_features)
                 if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
                     return Fallback.INPUT
@@ -314,7 +323,7 @@ def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
     backend = backend if backend is not None else AutotuneBackend()
     skipped: dict[str, str] = {}
     for name, m in model.named_modules():
-        kind, base = ("linear", nn.Linear) if isinstance(m, nn.Linear) else ("conv2d", nn.Conv2d)
+        kind, base = (Kind.LINEAR, nn.Linear) if isinstance(m, nn.Linear) else (Kind.CONV2D, nn.Conv2d)
         if not isinstance(m, base):
             continue
         lazy = isinstance(m, nn.modules.lazy.LazyModuleMixin)

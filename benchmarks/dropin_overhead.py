@@ -10,7 +10,7 @@ host time per call minus torch's.
 
 ``--fake`` (CPU only) measures the drop-in's own Python: the kernel launch is a no-op, tensors live on the
 CPU, and the row "general path" is the route every call took before the fast serve (the backend's
-``linear`` over ``runtime.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
+``linear`` over ``autotune.serve.calls.gemm``, here with a no-op GEMM, so it is a lower bound of that path's cost).
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
 
 def _pair(torch, layer, x, bursts, sync) -> list[dict]:
     """torch's layer; the optimized copy; the optimized copy as before the fast paths (every call through
-    ``runtime.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
+    ``calls.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
     sent to the vendor (torch's op behind the router)."""
     import copy
     import dataclasses
 
     import autotune.torch as at
-    from autotune import torch_calls
-    from autotune.torch_backend import AutotuneBackend
+    from autotune.serve import torch_calls
+    from autotune.serve.torch_backend import AutotuneBackend
 
     class Before(AutotuneBackend):
         def fast(self, *args):
@@ -125,7 +125,7 @@ def fake_rows(bursts: int = 300) -> list[dict]:
 def _fake_gpu() -> type:
     """A backend that takes CPU tensors for GPU ones and launches nothing (``FakeGpu(fast=False)``: no fast
     serve, the general path over a no-op GEMM)."""
-    from autotune.torch_backend import AutotuneBackend
+    from autotune.serve.torch_backend import AutotuneBackend
 
     class NoLaunch:
         vendor = provisional = False
@@ -167,7 +167,7 @@ def _fake_gpu() -> type:
         stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
 
         def gemm(self, a, b, out, alpha, beta):
-            pass  # the general path's runtime.gemm, as a no-op
+            pass  # the general path's calls.gemm, as a no-op
 
     return FakeGpu
 
@@ -176,10 +176,10 @@ def _parts(torch, bursts: int) -> list[dict]:
     """What a fast serve's call is made of, on the CPU: a module call, torch.empty, the launch's Python."""
     import numpy as np
 
-    from autotune import launcher
     from autotune.kernels import FAMILIES
     from autotune.kernels.base import Launch
-    from autotune.runtime import Choice
+    from autotune.serve import launcher
+    from autotune.serve.runtime import Choice
 
     class Identity(torch.nn.Module):
         def forward(self, x):
@@ -238,8 +238,8 @@ def rows(calls: int) -> list[dict]:
     import cupy as cp
 
     import autotune
-    from autotune import runtime
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
+    from autotune.serve import runtime
 
     m, n, k = 16, 64, 64
     problem = runtime.FAMILIES["gemm"].problem([m, n, k], "float16")
@@ -266,7 +266,7 @@ def rows(calls: int) -> list[dict]:
         return [{"what": w, **r} for w, r in found]
     ta, tb = (torch.randn(s, device="cuda", dtype=torch.float16) for s in ((m, k), (k, n)))
     tout = torch.empty(m, n, device="cuda", dtype=torch.float16)
-    from autotune.streams import torch_stream
+    from autotune.measure.streams import torch_stream
 
     def ours_on_torch_stream():
         with torch_stream():
@@ -284,8 +284,8 @@ def rows(calls: int) -> list[dict]:
 def _pointer_rows(torch, ours, ta, tb, tout, calls: int) -> list[tuple[str, dict]]:
     """The drop-in's launch: data pointers on torch's current stream, read per call (packed arguments, then
     CuPy converting every argument per call), and what reading the stream costs."""
-    from autotune import launcher
-    from autotune.streams import stream_of_torch
+    from autotune.measure.streams import stream_of_torch
+    from autotune.serve import launcher
 
     dev = ta.get_device()
 

@@ -28,17 +28,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import L2Flusher  # noqa: E402
-from autotune.compiler import nvrtc_version  # noqa: E402
-from autotune.device import current_gpu  # noqa: E402
-from autotune.energy import EnergyMeter, EnergyPlan  # noqa: E402
-from autotune.errors import AutotuneError  # noqa: E402
-from autotune.evaluate import Candidate, Settings, evaluate  # noqa: E402
+from autotune.build.compiler import nvrtc_version  # noqa: E402
+from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.errors import AutotuneError  # noqa: E402
+from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.search import FINAL_PLAN  # noqa: E402
-from autotune.space import Config  # noqa: E402
-from autotune.store import read, tuned_file  # noqa: E402
-from autotune.verify import tolerance_for  # noqa: E402
+from autotune.measure.bench import L2Flusher  # noqa: E402
+from autotune.measure.energy import EnergyMeter, EnergyPlan  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, evaluate  # noqa: E402
+from autotune.measure.verify import tolerance_for  # noqa: E402
+from autotune.results.store import read, tuned_file  # noqa: E402
+from autotune.tune.search import FINAL_PLAN  # noqa: E402
 
 
 def targets(args: argparse.Namespace, gpu) -> list[dict]:

@@ -13,11 +13,12 @@ Per case, in one process: the first optimized forward (plans, compiles, the runt
 forward time of torch and of the optimized model, eager (back-to-back forwards between CUDA events, no L2
 flush, median of repeats) and as CUDA graph replays; both outputs against a float64 copy of the model
 (relative Frobenius error; ResNet: top-1 agreement); J per forward from NVML's energy counter over graph
-replays (>= 1 s, autotune.energy); the drop-in's calls per forward by route and its fallbacks; and per
+replays (>= 1 s, autotune.measure.energy); the drop-in's calls per forward by route and its fallbacks; and per
 routed layer: its input, route, GPU time of torch's op and ours (10 calls in a CUDA graph, median of
 replays) and host time per eager call of each. cuDNN benchmark mode is on (--no-cudnn-benchmark: off);
 TF32 settings are torch's defaults, written in the metadata. Writes <out>/models_<gpu-key>.json, .csv (a
-row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table. A case
+row a case) and models_layers_<gpu-key>.csv with GPU, versions and date inside, and prints a table; the cases of an
+earlier results file that this run did not measure are kept, each with its own date and revision (--fresh: not). A case
 that fails is recorded with its error; the others still run.
 """
 
@@ -119,23 +120,28 @@ def make_input(torch: Any, case: Case) -> Any:
     return torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
 
 
-def time_loop(torch: Any, fn: Any, reps: int, target_ms: float) -> float:
-    """ms per call of ``fn`` run back to back: the median over ``reps`` loops of about ``target_ms`` each."""
+def time_loops(torch: Any, fns: list[Any], reps: int, target_ms: float) -> list[float]:
+    """ms per call of each of ``fns`` run back to back: the median over ``reps`` loops of about ``target_ms``
+    each, the functions' loops interleaved (a, b, a, b, ...) so that clock or thermal drift during the run
+    falls on all of them alike."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    iters = max(1, min(1000, round(target_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(reps):
+    iters = []
+    for fn in fns:
         start.record()
-        for _ in range(iters):
-            fn()
+        fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
+        iters.append(max(1, min(1000, round(target_ms / max(start.elapsed_time(end), 1e-3)))))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, n, out in zip(fns, iters, times, strict=True):
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / n)
+    return [statistics.median(t) for t in times]
 
 
 def capture(torch: Any, fn: Any, calls: int = 1) -> tuple[Any, Any]:
@@ -160,27 +166,49 @@ def accuracy(torch: Any, out: Any, ref: Any, top1: bool) -> dict[str, float | No
 
 
 def energy(torch: Any, graph: Any, ms: float, quick: bool) -> tuple[float | None, str | None]:
-    from autotune.energy import EnergyPlan, default_meter
+    from autotune.measure.energy import EnergyPlan, default_meter
 
     meter = default_meter()  # NVML opened once; it synchronizes the whole device, torch's streams too
     e = meter.measure(graph.replay, ms, EnergyPlan(seconds=1.0, max_seconds=2.0 if quick else 4.0))
     return (e.joules_per_launch, None) if e is not None else (None, meter.reason)
 
 
-def measure_model(torch: Any, name: str, model: Any, x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
-    """Eager and graph time, accuracy and J per forward of one model on input ``x``."""
-    reps, target = (5, 30.0) if quick else (15, 100.0)
+def measure_models(torch: Any, models: dict[str, Any], x: Any, ref: Any, top1: bool, quick: bool) -> dict[str, Any]:
+    """Eager and graph time, accuracy and J per forward of each model on input ``x``; the models' timing loops
+    interleaved."""
+    reps, target = (7, 30.0) if quick else (21, 100.0)
     row: dict[str, Any] = {}
-    row.update({f"{name}_{k}": v for k, v in accuracy(torch, model(x), ref, top1).items()})
-    row[f"{name}_eager_ms"] = time_loop(torch, lambda: model(x), reps, target)
-    graph, out = capture(torch, lambda: model(x))
-    row[f"{name}_graph_ms"] = time_loop(torch, graph.replay, reps, target)
-    graph.replay()
-    row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
-    row[f"{name}_j_per_forward"], why = energy(torch, graph, row[f"{name}_graph_ms"], quick)
-    if why:
-        row[f"{name}_energy_note"] = why
+    graphs = {}
+    for name, model in models.items():
+        row.update({f"{name}_{k}": v for k, v in accuracy(torch, model(x), ref, top1).items()})
+        graph, out = capture(torch, lambda model=model: model(x))
+        graph.replay()
+        row[f"{name}_graph_rel_error"] = accuracy(torch, out, ref, top1)["rel_error"]
+        graphs[name] = graph
+    eager = time_loops(torch, [lambda model=model: model(x) for model in models.values()], reps, target)
+    replay = time_loops(torch, [g.replay for g in graphs.values()], reps, target)
+    for name, e, g in zip(models, eager, replay, strict=True):
+        row[f"{name}_eager_ms"], row[f"{name}_graph_ms"] = e, g
+        row[f"{name}_j_per_forward"], why = energy(torch, graphs[name], g, quick)
+        if why:
+            row[f"{name}_energy_note"] = why
     return row
+
+
+def weights_floor(torch: Any, model: Any, torch_graph_ms: float) -> dict[str, Any]:
+    """The read floor of the model's weights (``read_floor.graph_ms``: each weight read once by a plain
+    streaming kernel, one kernel per layer in a CUDA graph), and the most any forward that reads each weight once
+    could gain over torch: torch's graph time over the floor."""
+    import cupy as cp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from read_floor import graph_ms
+
+    weights = [cp.asarray(m.weight.detach().view(torch.int16 if m.weight.element_size() == 2 else torch.int32))
+               for m in model.modules() if isinstance(m, torch.nn.Linear)]  # fmt: skip
+    torch.cuda.synchronize()
+    floor_ms, verified = graph_ms(weights)
+    return {"read_floor_ms": floor_ms, "read_floor_verified": verified, "torch_over_floor": torch_graph_ms / floor_ms}
 
 
 def layer_inputs(torch: Any, opt: Any, x: Any) -> list[tuple[str, Any, Any]]:
@@ -214,12 +242,11 @@ def host_us(torch: Any, fn: Any, bursts: int, burst: int = 50) -> float:
 def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, ...]:
     """GPU us per call of torch's own forward and of the routed call (each ``calls`` times in a CUDA graph),
     then the host us per eager call of each."""
-    gpu, host = [], []
-    for fn in (lambda: type(m).forward(m, inp), lambda: m(inp)):
-        graph, _ = capture(torch, fn, calls)
-        gpu.append(time_loop(torch, graph.replay, reps, 0.0) / calls * 1e3)
-        del graph
-        host.append(host_us(torch, fn, reps))
+    fns = (lambda: type(m).forward(m, inp), lambda: m(inp))
+    graphs = [capture(torch, fn, calls)[0] for fn in fns]
+    gpu = [ms / calls * 1e3 for ms in time_loops(torch, [g.replay for g in graphs], reps, 0.0)]
+    del graphs
+    host = [host_us(torch, fn, reps) for fn in fns]
     return (*gpu, *host)
 
 
@@ -260,10 +287,11 @@ def run_case(torch: Any, case: Case, quick: bool) -> dict[str, Any]:
         rep = at.report(opt, reset=True)
         row.update({f"calls_{r}": rep.count(r) for r in ("autotune", "vendor", "torch")})
         row["fallbacks"] = rep.fallbacks
-        row.update(measure_model(torch, "torch", base, x, want, top1, quick))
-        row.update(measure_model(torch, "ours", opt, x, want, top1, quick))
+        row.update(measure_models(torch, {"torch": base, "ours": opt}, x, want, top1, quick))
         row["eager_speedup"] = row["torch_eager_ms"] / row["ours_eager_ms"]
         row["graph_speedup"] = row["torch_graph_ms"] / row["ours_graph_ms"]
+        if case.model == "llama-linears":
+            row.update(weights_floor(torch, base, row["torch_graph_ms"]))
         try:
             row["layers"] = layer_table(torch, opt, x, quick)
         except Exception as exc:  # noqa: BLE001 - the model figures stand without the table
@@ -299,7 +327,7 @@ def git_rev() -> str:
 def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
     import cupy
 
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     tv = None
     with contextlib.suppress(PackageNotFoundError):
@@ -316,9 +344,25 @@ def metadata(torch: Any, args: argparse.Namespace) -> dict[str, Any]:
 CSV_SKIP = ("layers", "fallbacks", "traceback")
 
 
-def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+def merged(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This run's rows, and the cases of the results already at ``path`` that this run did not measure (each
+    keeps the date and revision of the run that measured it), in the order of ``cases()``."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return rows
+    now = {r["case"] for r in rows}
+    kept = [{"date": earlier.get("date"), "autotune_rev": earlier.get("versions", {}).get("autotune_rev"), **r}
+            for r in earlier.get("cases", []) if r.get("case") not in now]  # fmt: skip
+    order = {c.name: i for i, c in enumerate(cases())}
+    return sorted(rows + kept, key=lambda r: order.get(r["case"], len(order)))
+
+
+def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], fresh: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"models_{meta['gpu_key']}"
+    if not fresh:
+        rows = merged(out / f"{stem}.json", rows)
     (out / f"{stem}.json").write_text(json.dumps({**meta, "cases": rows}, indent=1, default=str) + "\n")
     flat_meta = {"gpu": meta["gpu"], **{f"{k}_version": v for k, v in meta["versions"].items()}, "date": meta["date"]}
     case_rows = [{**{k: v for k, v in r.items() if k not in CSV_SKIP}, "fallbacks": json.dumps(r.get("fallbacks", {})),
@@ -348,6 +392,13 @@ def print_table(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
               f"{r['torch_graph_ms']:>11.3f}/{r['ours_graph_ms']:<10.3f}{r['graph_speedup']:>6.2f}"
               f"{r['torch_rel_error']:>10.1e}/{r['ours_rel_error']:<9.1e}{top1:>6}{j:>16}"
               f"  {r['calls_autotune']}/{r['calls_vendor']}/{r['calls_torch']}  {r['fallbacks'] or ''}")  # fmt: skip
+    floors = [r for r in rows if "read_floor_ms" in r]
+    if floors:
+        print("\nread floor of the weights (each read once, one plain streaming kernel per layer, one CUDA graph):")
+        for r in floors:
+            print(f"{r['case']:<26} floor {r['read_floor_ms']:.3f} ms (verified: {r['read_floor_verified']}); "
+                  f"torch {r['torch_graph_ms']:.3f} ms = {r['torch_over_floor']:.2f}x the floor, "
+                  f"ours {r['ours_graph_ms']:.3f} ms = {r['ours_graph_ms'] / r['read_floor_ms']:.2f}x")  # fmt: skip
 
 
 def main() -> int:
@@ -356,6 +407,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--record", type=Path, metavar="DIR", help="only write each case's workload YAML into DIR")
     ap.add_argument("--case", action="append", metavar="SUBSTRING", help="run only cases whose name has it")
+    ap.add_argument("--fresh", action="store_true",
+                    help="write only this run's cases (default: keep the other cases of the results file, each with "
+                    "its own date and revision)")  # fmt: skip
     ap.add_argument("--no-cudnn-benchmark", action="store_true", help="leave cuDNN's benchmark mode off")
     args = ap.parse_args()
     try:
@@ -380,17 +434,18 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the others still run
             row = {"case": case.name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         row["wall_s"] = time.perf_counter() - t0
+        row.update(date=meta["date"], autotune_rev=meta["versions"].get("autotune_rev"))
         print(f"{case.name}: {row.get('error') or 'done'} in {row['wall_s']:.1f} s", flush=True)
         rows.append(row)
         if not args.record:
-            write(args.out, meta, rows)  # after every case: a run stopped midway keeps what it measured
+            write(args.out, meta, rows, args.fresh)  # after every case: a run stopped midway keeps what it measured
         with contextlib.suppress(RuntimeError):  # a broken CUDA context: the next cases record their own errors
             torch.cuda.empty_cache()
     if args.record:
         for r in rows:
             print(f"{r['case']:<26} {r.get('error') or r['workload']}")
         return 0 if all("error" not in r for r in rows) else 1
-    path = write(args.out, meta, rows)
+    path = write(args.out, meta, rows, args.fresh)
     print_table(meta, rows)
     print(f"\nwrote {path} and its CSVs")
     return 0 if all("error" not in r for r in rows) else 1

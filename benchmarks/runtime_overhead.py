@@ -96,9 +96,9 @@ def main() -> int:
     import numpy as np
 
     import autotune
-    from autotune.compiler import nvrtc_version
-    from autotune.device import current_gpu
-    from autotune.templates import render
+    from autotune.build.compiler import nvrtc_version
+    from autotune.build.templates import render
+    from autotune.core.device import current_gpu
 
     gpu = current_gpu()
     rows = []

@@ -41,11 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import Timing  # noqa: E402
-from autotune.compiler import CompileResult  # noqa: E402
-from autotune.device import GPUInfo  # noqa: E402
-from autotune.evaluate import Compiled, Settings, Status, TrialResult  # noqa: E402
-from autotune.limits import SM90  # noqa: E402
+from autotune.build.compiler import CompileResult  # noqa: E402
+from autotune.core.device import GPUInfo  # noqa: E402
+from autotune.core.limits import SM90  # noqa: E402
+from autotune.measure.bench import Timing  # noqa: E402
+from autotune.measure.evaluate import Compiled, Settings, Status, TrialResult  # noqa: E402
 
 GOAL = 0.9
 
@@ -53,7 +53,7 @@ GOAL = 0.9
 def run_once(spec, problem, storage_kind: str, url: str, trials: int, gpu, workdir: Path, tools) -> dict:
     """Tune ``problem`` from a fresh study on the journal or on PostgreSQL; the run's counts and times.
     ``tools()`` is a context manager that yields (evaluator, compile pool, prefetch)."""
-    from autotune.search import SEARCH_PLAN, default_storage, open_storage, tune_shape
+    from autotune.tune.search import SEARCH_PLAN, default_storage, open_storage, tune_shape
 
     if storage_kind == "journal":
         storage_url, shared, gpu_key = default_storage(spec, gpu.key, workdir / uuid.uuid4().hex), False, ""
@@ -84,8 +84,8 @@ def run_once(spec, problem, storage_kind: str, url: str, trials: int, gpu, workd
 @contextlib.contextmanager
 def gpu_tools(gpu, jobs: int):
     """The GPU worker and the compile pool of ``autotune run``, warmed up."""
-    from autotune.compile_pool import CompilePool
-    from autotune.worker import GPUWorker
+    from autotune.build.compile_pool import CompilePool
+    from autotune.measure.worker import GPUWorker
 
     with GPUWorker() as worker, CompilePool(gpu.arch, jobs=jobs, timeout_s=120.0) as compiler:
         worker.warm()
@@ -95,8 +95,8 @@ def gpu_tools(gpu, jobs: int):
 
 def _settings(spec, gpu):
     """What ``autotune run`` tunes with on this GPU (autotune.cli.tune)."""
-    from autotune.evaluate import Settings
-    from autotune.verify import tolerance_for
+    from autotune.measure.evaluate import Settings
+    from autotune.measure.verify import tolerance_for
 
     return Settings(
         arch=gpu.arch, tolerance=tolerance_for(spec.dtype, spec.tolerance), max_shared_bytes=gpu.max_shared_per_block,
@@ -109,7 +109,7 @@ def versions(url: str, fake: bool) -> dict:
     import optuna
     import sqlalchemy
 
-    from autotune.study_database import rdb_storage
+    from autotune.studies.study_database import rdb_storage
 
     v = {"python": sys.version.split()[0], "optuna": optuna.__version__, "sqlalchemy": sqlalchemy.__version__}
     if not fake:
@@ -225,7 +225,7 @@ class FakeGPU:
 @contextlib.contextmanager
 def fake_tools(measure_s: float, prefetch: int):
     """(evaluator, compile pool, prefetch) for ``storage_throughput.run_once``."""
-    from autotune.compile_pool import CompilePool
+    from autotune.build.compile_pool import CompilePool
 
     with CompilePool("sm_90", 1, instant_compile) as compiler:
         yield FakeGPU(measure_s), compiler, prefetch
@@ -233,7 +233,7 @@ def fake_tools(measure_s: float, prefetch: int):
 
 def setup(args: argparse.Namespace) -> tuple:
     """(spec, problem, gpu, tools, meta); AutotuneError or ValueError in one sentence."""
-    from autotune.spec import load_spec
+    from autotune.tune.spec import load_spec
 
     spec = load_spec(args.spec)
     if args.sampler:
@@ -245,7 +245,7 @@ def setup(args: argparse.Namespace) -> tuple:
         gpu = fake_gpu()
         tools = functools.partial(fake_tools, args.measure_ms / 1000, args.prefetch)
     else:
-        from autotune.device import current_gpu
+        from autotune.core.device import current_gpu
 
         gpu = current_gpu()
         tools = functools.partial(gpu_tools, gpu, args.jobs)
@@ -262,7 +262,7 @@ def main() -> int:
     if not args.pg_url:
         print("storage_throughput: no PostgreSQL URL; pass --pg-url or set AUTOTUNE_BENCH_PG_URL", file=sys.stderr)
         return 2
-    from autotune.errors import AutotuneError
+    from autotune.core.errors import AutotuneError
 
     try:
         spec, problem, gpu, tools, meta = setup(args)

@@ -9,7 +9,7 @@ Both tools get T seconds of wall time on fp32 GEMM 4096x4096x4096, the parameter
 configs/gemm.yaml, the template's own checks and the device's shared-memory limit; no warm start.
   kt        kernel_tuner.tune_kernel, cupy backend, strategy random_sample (the whole space in random order,
             stopped by strategy_options time_limit). The source is a code generator calling
-            autotune.templates.render with the kernel renamed to gemm_kt; block size, grid and dynamic shared
+            autotune.build.templates.render with the kernel renamed to gemm_kt; block size, grid and dynamic shared
             memory come from the same derived values autotune uses.
   autotune  `python3 -m autotune run` on a generated spec (one shape, budget T/60 minutes, no start_from),
             once with --sampler random and once with --sampler tpe, each in fresh runs/ and tuned/ folders.
@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from autotune.build.templates import render  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.spec import load_spec  # noqa: E402
-from autotune.templates import render  # noqa: E402
+from autotune.tune.spec import load_spec  # noqa: E402
 
 M = N = K = 4096
 FAMILY = FAMILIES["gemm"]

@@ -6,7 +6,7 @@ Triton's kernel is the standard blocked matmul (grouped launch order, fp32 accum
 the 12 configurations below at the first call of each shape. Ours: the best verified of this GPU's stored winner
 (tuned/) and the candidate configurations below (wgmma where the rows are whole 16 bytes, mma otherwise), each
 verified against float64 on fresh inputs before it is timed. Every time is the median of event-timed launches with
-L2 flushed before each (autotune.bench.time_launches); Triton's and cuBLAS's outputs are checked against float64
+L2 flushed before each (autotune.measure.bench.time_launches); Triton's and cuBLAS's outputs are checked against float64
 too. Writes <out>/triton_baseline.{json,csv} with the GPU, versions and date inside.
 """
 
@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
-from autotune.device import current_gpu  # noqa: E402
-from autotune.evaluate import Candidate, Settings, evaluate  # noqa: E402
+from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.space import Config  # noqa: E402
-from autotune.store import read, tuned_file  # noqa: E402
-from autotune.verify import tolerance_for  # noqa: E402
+from autotune.measure.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, evaluate  # noqa: E402
+from autotune.measure.verify import tolerance_for  # noqa: E402
+from autotune.results.store import read, tuned_file  # noqa: E402
 
 GEMM = FAMILIES["gemm"]
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "4095x4097x4093"]

@@ -20,15 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import L2Flusher  # noqa: E402
-from autotune.compiler import nvrtc_version  # noqa: E402
-from autotune.device import current_gpu  # noqa: E402
-from autotune.evaluate import Candidate, Settings, evaluate, time_vendor  # noqa: E402
+from autotune.build.compiler import nvrtc_version  # noqa: E402
+from autotune.build.templates import fits_installed  # noqa: E402
+from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.search import FINAL_PLAN, SEARCH_PLAN  # noqa: E402
-from autotune.space import Config  # noqa: E402
-from autotune.store import read, tuned_file  # noqa: E402
-from autotune.templates import fits_installed  # noqa: E402
+from autotune.measure.bench import L2Flusher  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, evaluate, time_vendor  # noqa: E402
+from autotune.results.store import read, tuned_file  # noqa: E402
+from autotune.tune.search import FINAL_PLAN, SEARCH_PLAN  # noqa: E402
 
 
 def main() -> int:

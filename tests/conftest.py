@@ -10,14 +10,14 @@ import tempfile
 
 import pytest
 
-from autotune.compiler import COMPILE_CACHE_ENV
+from autotune.build.compiler import COMPILE_CACHE_ENV
 from tests.host_cuda import BUILD_CACHE_ENV
 
 
 @functools.cache
 def gpu_reason() -> str | None:
     try:
-        from autotune.device import current_gpu
+        from autotune.core.device import current_gpu
 
         current_gpu()
     except Exception as exc:  # noqa: BLE001 - any failure means the tier cannot run here

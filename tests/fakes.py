@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.bench import Timing
-from autotune.compiler import CompileResult
-from autotune.evaluate import Compiled, Settings, Status, TrialResult
+from autotune.build.compiler import CompileResult
+from autotune.measure.bench import Timing
+from autotune.measure.evaluate import Compiled, Settings, Status, TrialResult
 
 NAIVE_SPEC = """
 kernel: gemm
@@ -89,9 +89,9 @@ class FakeEvaluator:
 
 def main() -> None:
     """python tests/fakes.py SPEC STORAGE LOG TRIALS: a slow fake run that a test kills."""
-    from autotune.compile_pool import CompilePool
-    from autotune.search import open_storage, tune_shape
-    from autotune.spec import load_spec
+    from autotune.build.compile_pool import CompilePool
+    from autotune.tune.search import open_storage, tune_shape
+    from autotune.tune.spec import load_spec
 
     spec_path, storage, log, trials = sys.argv[1:5]
     spec = load_spec(spec_path)

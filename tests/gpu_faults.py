@@ -5,7 +5,7 @@ It lives in its own module so a process pool could pickle it; the GPU tier injec
 
 from __future__ import annotations
 
-from autotune.compiler import CompileResult, compile_source
+from autotune.build.compiler import CompileResult, compile_source
 
 FAULTING = "gemm_naive_bx8_by8"
 HANGING = "gemm_naive_bx16_by4"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from autotune.compiler import CompileResult, compile_source
+from autotune.build.compiler import CompileResult, compile_source
 
 
 def assert_compile_cleanly(module: Any, rendered: Callable[..., Any], good: dict[str, dict], layout: str

@@ -16,10 +16,11 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import brief
+from ..core.errors import brief
 from . import conv_direct, conv_im2col, conv_implicit_mma, conv_implicit_simt, conv_implicit_wmma, conv_winograd
 from .conv_problem import CTYPE, FIELDS, ITEMSIZE, LABEL, LAYOUTS, SHORT, ConvProblem, conv_args
 from .conv_problem import variant as variant
@@ -30,6 +31,7 @@ __all__ = ["CONV", "CTYPE", "FIELDS", "ITEMSIZE", "LABEL", "LAYOUTS", "SHORT", "
 MAX_DIM = 2**31 - 1 - 4096  # coordinates are ints in the kernel (offsets are 64-bit)
 MAX_TENSOR_BYTES = 2**63 - 1  # element offsets are 64-bit (long long): a tensor's byte offsets must not wrap
 # Every conv2d template, in the order "auto" offers them.
+SPACES = {"float32": ("conv.yaml",), "float16": ("conv_fp16.yaml",)}  # the spec files that tune a conv2d, by dtype
 REGISTRY = (conv_direct, conv_implicit_simt, conv_implicit_wmma, conv_implicit_mma, conv_winograd, conv_im2col)
 
 
@@ -106,6 +108,9 @@ class ConvFamily(TemplateFamily):
         """The render-context keys besides the parameters: dtype, layout and (implicit GEMM) alignment."""
         return self.template(template).variant_of(problem)
 
+    def spec_files(self, problem: ConvProblem) -> tuple[str, ...]:
+        return SPACES.get(problem.dtype, ())
+
     def default_config(self, dtype: str, layout: str = "NCHW") -> tuple[str, dict[str, Any]]:
         """The runtime's last resort (256 threads, 32 accumulators; 3x3 filters need 26 KB of shared memory)."""
         if dtype not in ITEMSIZE or layout not in LAYOUTS:
@@ -176,6 +181,55 @@ class ConvFamily(TemplateFamily):
             tx, tw = tx.permute(0, 3, 1, 2), tw.permute(0, 3, 1, 2)
         conv = torch.nn.functional.conv2d
         return "cuDNN (torch)", lambda: conv(tx, tw, stride=problem.stride, padding=problem.pad)
+
+    # --- serving: the vendor library called like a Launcher (autotune.measure.vendor) -------------
+
+    def vendor_library(self, dtype: str, torch_ok: Callable[[], bool]) -> tuple[str | None, str]:
+        """cuDNN through torch, in every dtype."""
+        if torch_ok():
+            return "cuDNN (torch)", ""
+        return None, "cuDNN is unavailable (no torch with CUDA): autotune's conv2d kernel serves it, unchecked"
+
+    def vendor_call(self, problem: ConvProblem, on_cupy_stream: Callable[[], Any]) -> Callable[..., Any]:
+        """cuDNN through torch on x, w and y as stored; y = conv(x, w) only (alpha 1, beta 0)."""
+        return functools.partial(_cudnn, problem, self.shapes(problem), on_cupy_stream)
+
+    def vendor_torch_call(self, problem: ConvProblem) -> Callable[..., Any]:
+        """``(x, w) -> y``: cuDNN on torch tensors stored in the problem's layout; the result in that layout (a
+        torch view). float32 runs without TF32 (our float32 kernels compute in full fp32), the caller's setting
+        restored."""
+        return functools.partial(_torch_conv, problem)
+
+
+def _cudnn(p: ConvProblem, shapes: tuple[tuple[int, ...], ...], on_cupy_stream: Callable[[], Any], x: Any, w: Any,
+           out: Any, alpha: float, beta: float) -> Any:  # fmt: skip
+    import torch
+
+    if alpha != 1.0 or beta != 0.0:
+        raise ValueError(f"conv2d computes y = conv(x, w) only (alpha 1, beta 0), got alpha={alpha}, beta={beta}")
+    xs, ws, _ = shapes
+    dev = f"cuda:{out.device.id}"
+    tx, tw, tout = (torch.as_tensor(v, device=dev) for v in (x.reshape(xs), w.reshape(ws), out))
+    with on_cupy_stream():
+        y = _torch_conv(p, tx, tw)
+        tout.copy_(y)
+    return out
+
+
+def _torch_conv(p: ConvProblem, x: Any, w: Any) -> Any:
+    import torch
+
+    if p.layout == "NHWC":  # logical NCHW views with channels-last strides
+        x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+    cudnn = torch.backends.cudnn
+    allow = cudnn.allow_tf32
+    if p.dtype == "float32" and allow:
+        cudnn.allow_tf32 = False
+    try:
+        y = torch.nn.functional.conv2d(x, w, stride=p.stride, padding=p.pad)
+    finally:
+        cudnn.allow_tf32 = allow
+    return y.permute(0, 2, 3, 1) if p.layout == "NHWC" else y
 
 
 CONV = ConvFamily()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import DeviceLimits
+from ..core.limits import DeviceLimits
 from .base import Launch, Params
 from .conv_problem import LAYOUTS, ConvTemplate, variant
 

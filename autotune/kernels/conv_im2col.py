@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from . import gemm_mma
 from .base import Launch, Params, Step
 from .conv_problem import ITEMSIZE, ConvTemplate, require_plain

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..limits import DeviceLimits
+from ..core.limits import DeviceLimits
 from .base import Launch
 
 MAX_INDEX = 2**31 - 1  # 32-bit m and reduction indices in the kernels (addresses are 64-bit)

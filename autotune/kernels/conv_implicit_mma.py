@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .conv_implicit import check_gemm_view, launch_geometry
 from .conv_problem import SPLIT_ABI, ConvTemplate

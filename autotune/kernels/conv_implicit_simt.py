@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import DeviceLimits
+from ..core.limits import DeviceLimits
 from .base import Launch, Params
 from .conv_implicit import check_gemm_view, gemm_view, launch_geometry, pow2
 from .conv_problem import ConvTemplate

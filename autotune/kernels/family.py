@@ -4,9 +4,12 @@ A family (GEMM, conv2d) lists its ``Template`` objects in one registry; this bas
 ``TemplateInfo`` (with the "auto" template whose TEMPLATE parameter picks one of them), resolves "auto"
 configurations to the template they render, and dispatches checks, derived values, the render context, kernel
 names, launches, scratch and kernel arguments to that template. The family itself keeps what is its own: its
-problem type (``problem``), inputs, reference, vendor baseline and the plain kernel arguments.
+problem type (``problem``, and ``load_problem`` for ``autotune.load``'s sizes), inputs, reference, vendor baseline
+and the vendor library served like a launcher (``vendor_library``, ``vendor_call``, ``vendor_torch_call``), the
+default spec files that tune its problems (``spec_files``) and the plain kernel arguments. Generic code asks these
+of ``FAMILIES[kernel]`` and never compares a family's name.
 
-Callers that pass no ``limits`` get the sm_90 table's (``autotune.limits.SM90``), the GPU the stored entries
+Callers that pass no ``limits`` get the sm_90 table's (``autotune.core.limits.SM90``), the GPU the stored entries
 were tuned on.
 """
 
@@ -16,7 +19,7 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params, TemplateInfo, auto_info, check_auto
 from .template import Template
 
@@ -158,3 +161,31 @@ class TemplateFamily(abc.ABC):
 
     @abc.abstractmethod
     def default_config(self, dtype: str, layout: str = ...) -> tuple[str, dict[str, Any]]: ...
+
+    def spec_files(self, problem: Any) -> tuple[str, ...]:
+        """The spec files under configs/ whose search space tunes ``problem`` when a workload names none, in the
+        order to try them (``autotune run workload.yaml``); () when none does."""
+        return ()
+
+    # --- the vendor library, served like our kernels (``autotune.measure.vendor``) --------------------------
+
+    def vendor_library(self, dtype: str, torch_ok: Callable[[], bool]) -> tuple[str | None, str]:
+        """(its name, "") when a vendor library computes the family's ``dtype`` problems here, else (None, the
+        sentence that says why not); ``torch_ok()`` (whether torch imports with CUDA) is asked only where the
+        library is reached through torch."""
+        return None, f"no vendor library computes {self.name}"
+
+    def vendor_call(self, problem: Any, on_cupy_stream: Callable[[], Any]) -> Callable[..., Any]:
+        """The vendor library's ``(a, b, out, alpha, beta) -> out`` for one problem, called like a ``Launcher``
+        (operands as stored, ``out`` filled) on CuPy's current stream; torch work runs inside
+        ``on_cupy_stream()``. Made once per launcher; CuPy and torch are imported when it runs."""
+        raise ValueError(f"no vendor library computes {self.name}")
+
+    def vendor_torch_call(self, problem: Any) -> Callable[..., Any]:
+        """The vendor library on torch tensors, on torch's current stream (the family says with which arguments)."""
+        raise ValueError(f"no vendor library computes {self.name}")
+
+    def load_problem(self, sizes: dict[str, int], dtype: str, layout: str) -> Any:
+        """The problem ``autotune.load(<family>, **sizes)`` names (``sizes``: its keyword sizes); ValueError or
+        TypeError with one sentence when they do not describe one."""
+        return self.problem(dict(sizes), dtype, layout)

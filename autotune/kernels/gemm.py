@@ -10,12 +10,13 @@ and the vendor baseline.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import brief
-from ..limits import SM90, DeviceLimits
+from ..core.errors import brief
+from ..core.limits import SM90, DeviceLimits
 from . import (
     gemm_mma,
     gemm_naive,
@@ -41,6 +42,13 @@ __all__ = ["CTYPE", "GEMM", "ITEMSIZE", "LAYOUTS", "SHORT", "SIMT_PARAMS", "Gemm
 MAX_DIM = 2**31 - 1 - 4096  # kernels index with int; keep k0 + tile offsets from wrapping
 MAX_OPERAND_BYTES = 2**63 - 1  # element offsets are 64-bit (size_t): an operand's byte offsets must not wrap
 # Every GEMM template, in the order "auto" offers them (naive is left out of "auto").
+# The spec files (under configs/) whose space tunes a GEMM (``spec_files``), by dtype; small-M ones (M <= SMALL_M)
+# are tried first, and before those the NT decode space for B stored N x K (nn.Linear's weight): small M in every
+# dtype, and float32 at any M.
+SPACES = {"float32": ("gemm.yaml",), "float16": ("gemm_fp16.yaml",), "bfloat16": ("gemm_bf16.yaml",)}
+SMALL_M_SPACES = {"float32": ("gemm_skinny_fp32.yaml",), "float16": ("gemm_skinny.yaml",)}
+NT_SPACES = ("gemm_decode_nt.yaml",)
+SMALL_M = 64
 REGISTRY = (gemm_naive, gemm_simt, gemm_wmma, gemm_mma, gemm_skinny, gemm_skinny_tc, gemm_skinny_wgmma,
             gemm_skinny_nt, gemm_wgmma, gemm_wgmma_decode, gemm_wgmma_tf32x3)  # fmt: skip
 
@@ -81,6 +89,18 @@ class GemmFamily(TemplateFamily):
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         return GemmProblem(*dims, dtype=dtype, layout=layout)
+
+    def spec_files(self, problem: GemmProblem) -> tuple[str, ...]:
+        small = problem.M <= SMALL_M
+        nt = problem.layout in ("NT", "TT") and (small or problem.dtype == "float32")
+        small_m = SMALL_M_SPACES.get(problem.dtype, ()) if small else ()
+        return (NT_SPACES if nt else ()) + small_m + SPACES.get(problem.dtype, ())
+
+    def load_problem(self, sizes: dict[str, int], dtype: str, layout: str) -> GemmProblem:
+        """``load("gemm", M=, N=, K=)``: exactly those three sizes."""
+        if set(sizes) != {"M", "N", "K"}:
+            raise ValueError(f"needs M, N and K, got {', '.join(sizes) or 'none'}")
+        return self.problem([sizes["M"], sizes["N"], sizes["K"]], dtype, layout)
 
     # --- configuration -> derived values ---------------------------------------------------------
 
@@ -179,6 +199,75 @@ class GemmFamily(TemplateFamily):
         out = cp.empty((problem.M, problem.N), dtype=problem.storage)
         name = "cuBLAS fp32" if problem.dtype == "tfloat32" else "cuBLAS"
         return name, lambda: cp.matmul(a, b, out=out)
+
+    # --- serving: the vendor library called like a Launcher (autotune.measure.vendor) -------------
+
+    def vendor_library(self, dtype: str, torch_ok: Callable[[], bool]) -> tuple[str | None, str]:
+        """cuBLAS through CuPy, bfloat16 through torch."""
+        if dtype in ("float32", "float16"):
+            return "cuBLAS (CuPy)", ""
+        if dtype == "tfloat32":
+            return "cuBLAS fp32 (CuPy)", ""  # full fp32: more precise than asked, never less
+        if dtype == "bfloat16":
+            if torch_ok():
+                return "cuBLAS (torch)", ""
+            return None, "bfloat16 GEMM has no vendor path here (no torch with CUDA): autotune's kernel serves it"
+        return None, f"no vendor library computes {self.name}"
+
+    def vendor_call(self, problem: GemmProblem, on_cupy_stream: Callable[[], Any]) -> Callable[..., Any]:
+        """cuBLAS on the stored operands (views for the transposed layouts); bfloat16 through torch."""
+        return functools.partial(_cublas, problem, on_cupy_stream)
+
+    def vendor_torch_call(self, problem: GemmProblem) -> Callable[..., Any]:
+        """``(a, b, out, alpha, beta)``: ``out = alpha * a @ b + beta * out`` on torch tensors (a[M, K], b[K, N]
+        as logical views)."""
+        return _torch_matmul
+
+
+def _cublas(p: GemmProblem, on_cupy_stream: Callable[[], Any], a: Any, b: Any, out: Any, alpha: float,
+            beta: float) -> Any:  # fmt: skip
+    op_a = a.T if p.layout[0] == "T" else a
+    op_b = b.T if p.layout[1] == "T" else b
+    if p.dtype == "bfloat16":
+        return _cublas_bf16(op_a, op_b, out, alpha, beta, on_cupy_stream)
+    import cupy as cp
+
+    if beta == 0:
+        cp.matmul(op_a, op_b, out=out)
+        if alpha != 1:
+            out *= alpha
+        return out
+    product = cp.matmul(op_a, op_b)
+    out *= beta
+    product *= alpha
+    out += product
+    return out
+
+
+def _cublas_bf16(op_a: Any, op_b: Any, out: Any, alpha: float, beta: float, on_cupy_stream: Callable[[], Any]) -> Any:
+    import torch
+
+    # bfloat16 bits travel as uint16; torch reads them as int16 (CAI) and views them as bfloat16
+    dev = f"cuda:{out.device.id}"
+    ta, tb, tout = (torch.as_tensor(x.view("int16"), device=dev).view(torch.bfloat16) for x in (op_a, op_b, out))
+    with on_cupy_stream():
+        _torch_matmul(ta, tb, tout, alpha, beta)
+    return out
+
+
+def _torch_matmul(a: Any, b: Any, out: Any, alpha: float, beta: float) -> Any:
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    allow = matmul.allow_tf32
+    if allow and a.dtype == torch.float32:  # float32 and tfloat32 problems get full fp32 from the vendor
+        matmul.allow_tf32 = False
+    try:
+        if beta == 0 and alpha == 1:
+            return torch.matmul(a, b, out=out)
+        return out.addmm_(a, b, beta=beta, alpha=alpha)  # beta 0 ignores NaN in out (torch's addmm contract)
+    finally:
+        matmul.allow_tf32 = allow
 
 
 GEMM = GemmFamily()

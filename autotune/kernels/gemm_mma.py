@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params, Step
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import DeviceLimits
+from ..core.limits import DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import GemmTemplate
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 
@@ -216,7 +216,7 @@ def kernel_name(params: Params, dtype: str, layout: str) -> str:
 
 
 def render(params: Params, dtype: str, layout: str, kernel_name: str) -> str:
-    """The CUDA source of one configuration (the framework renders through autotune.templates)."""
+    """The CUDA source of one configuration (the framework renders through autotune.build.templates)."""
     import jinja2
 
     root = Path(__file__).resolve().parent.parent.parent / "templates"

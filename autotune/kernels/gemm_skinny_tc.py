@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny

@@ -18,7 +18,7 @@ instead of cp.async; grid
 sum their partial tiles through distributed shared memory (else through global partials: the last block of a
 tile to arrive keeps its own in shared memory and sums the others in z order). Every
 derived quantity is computed here and only here; the template mirrors each check with a ``static_assert``.
-Compiled for sm_90a (autotune/compiler.py's ARCH_SPECIFIC); on any other GPU it fails to compile, a candidate's
+Compiled for sm_90a (autotune/build/compiler.py's ARCH_SPECIFIC); on any other GPU it fails to compile, a candidate's
 state.
 
 Example::
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 from .gemm_skinny import Problem as Problem  # the shape a launch needs, as for skinny
@@ -157,7 +157,7 @@ class TensorMaps(LaunchBound):
         if m is None:
             import numpy as np
 
-            from ..tensormap import MAP_BYTES, SWIZZLE_64B, SWIZZLE_128B, tiled_2d_f32
+            from ..core.tensormap import MAP_BYTES, SWIZZLE_64B, SWIZZLE_128B, tiled_2d_f32
 
             if which == 1 and self.n % 4 == 0 and ptr % 16 == 0:
                 m = tiled_2d_f32(ptr, self.n, self.k, self.n * 4, (32, self.kc), SWIZZLE_128B)

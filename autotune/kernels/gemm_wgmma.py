@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits, multiprocessors
+from ..core.limits import SM90, DeviceLimits, multiprocessors
 from .base import Launch, Params
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
@@ -157,7 +157,7 @@ class TensorMaps(LaunchBound):
     def _make(self, which: int, ptr: int) -> Any:
         import numpy as np
 
-        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, MAP_BYTES, SWIZZLE_128B, tiled_2d
+        from ..core.tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, MAP_BYTES, SWIZZLE_128B, tiled_2d
 
         p = self.problem
         dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16

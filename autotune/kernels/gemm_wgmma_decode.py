@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
@@ -113,7 +113,7 @@ class TensorMaps(LaunchBound):
         return self._map(0, a.data.ptr), self._map(1, b.data.ptr)
 
     def _map(self, which: int, ptr: int) -> Any:
-        from ..tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, SWIZZLE_128B, tiled_2d
+        from ..core.tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, SWIZZLE_128B, tiled_2d
 
         cache = self._maps[which]
         found = cache.get(ptr)

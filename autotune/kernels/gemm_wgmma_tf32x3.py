@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits, multiprocessors
+from ..core.limits import SM90, DeviceLimits, multiprocessors
 from .base import Launch, Params
 from .gemm_problem import GemmTemplate
 

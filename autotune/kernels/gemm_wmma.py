@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..limits import SM90, DeviceLimits
+from ..core.limits import SM90, DeviceLimits
 from .base import Launch, Params
 from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 

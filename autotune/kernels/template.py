@@ -8,7 +8,7 @@ templates in one registry and dispatches to them; adding a template means its mo
 and a config, and one line in the family's registry.
 
 Device limits are never constants of a template: ``check`` and ``check_problem`` take a ``DeviceLimits``
-(``autotune.limits``), the real device's or an architecture's from the table.
+(``autotune.core.limits``), the real device's or an architecture's from the table.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import abc
 import re
 from typing import Any, ClassVar
 
-from ..limits import DeviceLimits
+from ..core.limits import DeviceLimits
 from .base import Launch, Params, TemplateInfo
 
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import AutotuneError
+from ..core.errors import AutotuneError
 from .frames import best_per_shape, trials
 from .tables import display
 from .tuned import best

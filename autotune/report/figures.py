@@ -6,7 +6,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import AutotuneError
+from ..core.errors import AutotuneError
 
 REPORT_EXTRA = "pip install 'autotune[report]'"
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..study_key import StudyKey
+from ..core.study_key import StudyKey
 from .roofline import CeilingLookup, ceiling_lookup, problem_work
 from .studies import Study, load_studies
 from .tuned import VendorLookup, num, vendor_lookup

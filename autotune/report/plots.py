@@ -168,7 +168,7 @@ def plot_roofline(df: Any, ceiling: Ceiling | None) -> Any:
 
 def plot_energy(df: Any) -> Any:
     """Median time vs J per launch of every complete, energy-measured trial per study; the front joined."""
-    from ..energy import pareto_front
+    from ..measure.energy import pareto_front
 
     done = df[(df["status"] == "complete") & (df["energy_j"] > 0) & (df["median_ms"] > 0)]
     if done.empty:

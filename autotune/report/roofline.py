@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AutotuneError
+from ..core.errors import AutotuneError
 
 MEASURED_DIR = Path("benchmarks") / "results"
 

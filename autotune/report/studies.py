@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AutotuneError
-from ..storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
+from ..core.errors import AutotuneError
+from ..studies.storage_checks import check_url, first_bad_line, redact, set_aside_torn_tail
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _read_url(url: str) -> list[Study]:
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise AutotuneError(f"{redact(url)}: no such SQLite file")
     check_url(url)
-    from ..study_database import with_driver  # postgresql:// with the PostgreSQL driver that is installed
+    from ..studies.study_database import with_driver
 
     try:
         storage = optuna.storages.get_storage(with_driver(url))

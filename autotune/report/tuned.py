@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import AutotuneError
+from ..core.errors import AutotuneError
 from .roofline import ceiling_lookup, problem_work
 
 VendorLookup = Callable[[str | None, Mapping[str, Any]], "tuple[str, float] | None"]
@@ -44,7 +44,7 @@ def best(tuned_dir: str | Path, *, ceilings: Mapping[str, Any] | str | Path | No
     """
     import pandas as pd
 
-    from ..store import read
+    from ..results.store import read
 
     ceiling_of = ceiling_lookup(ceilings)
     rows = []

@@ -29,35 +29,19 @@ NK = ((14336, 4096), (4096, 14336), (4096, 4096))
 REPEATS = 60
 SPIN_US = 60  # longer than the host side of one cupy.matmul or kernel launch
 
-SOURCE = r"""
-template <int U>
-__device__ __forceinline__ void read_all(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  unsigned acc = 0u;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + (U - 1) * stride < n4; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = __ldg(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
-  }
-  for (; i < n4; i += stride) { const uint4 v = __ldg(p + i); acc += v.x + v.y + v.z + v.w; }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (threadIdx.x % 32 == 0) atomicAdd(sum, acc);  // the word sum mod 2^32: every byte must have been read
-}
-extern "C" __global__ void read_floor4(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
-  read_all<4>(p, n4, sum);
-}
-extern "C" __global__ void read_floor8(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sum) {
-  read_all<8>(p, n4, sum);
-}
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from read_floor import SOURCE as READ_SOURCE  # noqa: E402
+
+SOURCE = (
+    READ_SOURCE
+    + r"""
 extern "C" __global__ void spin(long long ns) {
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
 }
 """
+)
 
 # Hand-picked per M: the family's default first, then a few of the space (configs/gemm_decode_nt.yaml); MMA
 # (tensor cores) ones are skipped for float32.
@@ -147,10 +131,10 @@ def template_row(settings, timer: Timer, problem, inputs, ref, params, template:
     """Verify one configuration against the float64 ``ref`` (NaN-poisoned output), then time it; its table row."""
     import cupy as cp
 
-    from autotune.evaluate import Candidate, load_kernel, prepare
+    from autotune.core.space import Config
     from autotune.kernels.gemm import GEMM, decode
-    from autotune.space import Config
-    from autotune.verify import poison, tolerance_for
+    from autotune.measure.evaluate import Candidate, load_kernel, prepare
+    from autotune.measure.verify import poison, tolerance_for
 
     key = (template, problem.dtype, tuple(params.items()))  # the source depends on neither shape nor alignment
     if key not in _COMPILED:
@@ -225,10 +209,10 @@ def main() -> int:
 
     import cupy as cp
 
-    from autotune.compiler import nvrtc_version
-    from autotune.device import current_gpu
-    from autotune.evaluate import Settings
+    from autotune.build.compiler import nvrtc_version
+    from autotune.core.device import current_gpu
     from autotune.kernels.gemm import GEMM
+    from autotune.measure.evaluate import Settings
 
     gpu = current_gpu()
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))

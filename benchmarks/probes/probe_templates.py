@@ -16,12 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-from autotune.bench import L2Flusher, TimingPlan
-from autotune.device import current_gpu
-from autotune.evaluate import Candidate, Settings, evaluate, time_vendor
+from autotune.core.device import current_gpu
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.verify import tolerance_for
+from autotune.measure.bench import L2Flusher, TimingPlan
+from autotune.measure.evaluate import Candidate, Settings, evaluate, time_vendor
+from autotune.measure.verify import tolerance_for
 
 GEMM = FAMILIES["gemm"]
 W = dict(FRAG="m16n16k16", WARPS_M=2, WARPS_N=2, FRAGS_M=4, FRAGS_N=4, BK=32, PAD=8, STAGES=3, SPLIT_K=1, RASTER=1)

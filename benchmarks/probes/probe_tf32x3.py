@@ -4,9 +4,10 @@ the same inputs, normal and with a wide dynamic range.
     python3 benchmarks/probes/probe_tf32x3.py [--shapes 4096x4096x4096 ...] [--out FILE]
 
 Time: each configuration verified against float64 with the fp32 tolerance first, then the median of event-timed
-launches with L2 flushed before each (autotune.evaluate); cuBLAS is cupy.matmul, timed the same way. Accuracy: the
-relative Frobenius error against float64 of ours (the fastest configuration) and of cuBLAS on (a) standard normal
-inputs and (b) inputs whose elements are normal values times 2^u, u uniform in [-16, 16] (the wide range).
+launches with L2 flushed before each (autotune.measure.evaluate); cuBLAS is cupy.matmul, timed the same way.
+Accuracy: the relative Frobenius error against float64 of ours (the fastest configuration) and of cuBLAS on (a)
+standard normal inputs and (b) inputs whose elements are normal values times 2^u, u uniform in [-16, 16]
+(the wide range).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.bench import L2Flusher, TimingPlan  # noqa: E402
-from autotune.device import current_gpu  # noqa: E402
-from autotune.evaluate import Candidate, Settings, evaluate, load_kernel, prepare, time_vendor  # noqa: E402
+from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.space import Config  # noqa: E402
+from autotune.measure.bench import L2Flusher, TimingPlan  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, evaluate, load_kernel, prepare, time_vendor  # noqa: E402
 
 GEMM = FAMILIES["gemm"]
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "128x4096x4096", "1000x1000x1000"]

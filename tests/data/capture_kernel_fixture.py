@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.build.templates import render
 from autotune.kernels import FAMILIES
-from autotune.templates import render
 
 ROOT = Path(__file__).resolve().parents[2]
 TUNED = ("tuned", "tests/data/tuned")

@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.errors import SpecError
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render, template_path
+from autotune.core.errors import SpecError
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
 from autotune.kernels.conv import ConvProblem
-from autotune.search import study_name
-from autotune.space import Config
-from autotune.spec import load_spec, parse_spec
-from autotune.store import entry_key
-from autotune.templates import render, template_path
+from autotune.measure.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.results.store import entry_key
+from autotune.tune.search import study_name
+from autotune.tune.spec import load_spec, parse_spec
 from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,17 +11,17 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune import launcher as launcher_module
-from autotune import runtime
-from autotune.compiler import compile_source, kernel_resources
-from autotune.evaluate import Candidate, Fixture, Settings, Status, finish, render_candidate, static_check
+from autotune.build.compiler import compile_source, kernel_resources
+from autotune.build.templates import render
+from autotune.core.space import Config
 from autotune.kernels import conv_im2col
-from autotune.space import Config
-from autotune.templates import render
+from autotune.measure.evaluate import Candidate, Fixture, Settings, Status, finish, render_candidate, static_check
+from autotune.serve import launcher as launcher_module
+from autotune.serve import runtime
 from tests.emulation.test_conv import CONV
 from tests.host_cuda import HEADER, build, gxx
 
-evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
+evaluate = importlib.import_module("autotune.measure.evaluate")  # the package exports a function of that name
 
 P = dict(GEMM="mma", IM_THREADS=256, G_BM=128, G_BN=64, G_BK=32, G_WM=64, G_WN=32, G_STAGES=3, G_SWIZZLE=True,
          G_RASTER=1)  # fmt: skip

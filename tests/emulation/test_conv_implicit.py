@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render, template_hash
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.spec import load_spec, parse_spec
-from autotune.templates import render, template_hash
+from autotune.measure.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.tune.spec import load_spec, parse_spec
 from tests.emulation.test_conv import run_emulated
 from tests.host_cuda import HEADER, gxx
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Fixture, Settings, render_candidate, static_check
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
 from autotune.kernels import conv_implicit_mma as im
-from autotune.space import Config
-from autotune.spec import load_spec
-from autotune.templates import render
+from autotune.measure.evaluate import Candidate, Fixture, Settings, render_candidate, static_check
+from autotune.tune.spec import load_spec
 from tests.emulation.test_conv import reference
 from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
 
-evaluate = importlib.import_module("autotune.evaluate")  # the package exports a function of that name
+evaluate = importlib.import_module("autotune.measure.evaluate")  # the package exports a function of that name
 ROOT = Path(__file__).resolve().parents[2]
 CONV = FAMILIES["conv2d"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -308,8 +308,8 @@ def test_split_k_is_optional_and_one_names_and_renders_the_kernel_as_before():
 def test_split_k_render_matches_the_stored_winners_source_hash():
     """tuned/ entries were verified with a source; the template must render exactly that source under the kernel
     name they were stored with (SPLIT_K absent or 1 alike), so the runtime still serves them exactly."""
-    from autotune.runtime import choose
-    from autotune.templates import installed_renders
+    from autotune.build.templates import installed_renders
+    from autotune.serve.runtime import choose
 
     tuned = ROOT / "tuned"
     checked = 0
@@ -331,8 +331,8 @@ def test_split_k_render_matches_the_stored_winners_source_hash():
 
 
 def test_an_entry_whose_source_the_template_no_longer_renders_is_not_served(tmp_path):
-    from autotune.runtime import choose
-    from autotune.store import merge
+    from autotune.results.store import merge
+    from autotune.serve.runtime import choose
 
     problem = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
     r = render("conv2d", "implicit_mma", P, problem)
@@ -462,8 +462,8 @@ def test_measure_launches_split_k_with_its_scratch_after_the_conv_args(monkeypat
 
 
 def test_runtime_launcher_keeps_split_k_scratch_per_stream(monkeypatch):
-    from autotune import launcher as launcher_module
-    from autotune import runtime
+    from autotune.serve import launcher as launcher_module
+    from autotune.serve import runtime
 
     p = CONV.problem("n32c512h7w7k512r3s3u1p1", "float16", "NHWC")
     params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=2)
@@ -490,9 +490,9 @@ def test_export_records_split_k_grid_and_scratch(tmp_path):
     import re
     import shutil
 
-    from autotune.export import export
-    from autotune.store import merge
-    from autotune.templates import template_hash
+    from autotune.build.templates import template_hash
+    from autotune.results.export import export
+    from autotune.results.store import merge
 
     tuned = tmp_path / "tuned" / "nvidia-h200-sm90"
     split = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)

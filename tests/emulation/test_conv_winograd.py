@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from autotune import report
-from autotune.bench import Timing
-from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Status, TrialResult, render_candidate, static_check
-from autotune.search import result_attrs
-from autotune.space import Config
-from autotune.spec import load_spec
-from autotune.templates import render, template_path
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render, template_path
+from autotune.core.space import Config
+from autotune.measure.bench import Timing
+from autotune.measure.evaluate import Candidate, Status, TrialResult, render_candidate, static_check
+from autotune.tune.search import result_attrs
+from autotune.tune.spec import load_spec
 from tests.emulation.test_conv import CONV, ROOT, SETTINGS, _emulate
 
 D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators

@@ -12,12 +12,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.evaluate import Candidate, Settings, render_candidate
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_mma as mm
-from autotune.space import Config
-from autotune.templates import render
+from autotune.measure.evaluate import Candidate, Settings, render_candidate
 from tests.host_cuda import HEADER, MMA_PTX, build, gxx
 
 GEMM = FAMILIES["gemm"]
@@ -168,7 +168,7 @@ def test_compiles_for_sm90_without_spills(dtype, layout):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout):
-    from autotune.evaluate import kernel_resources
+    from autotune.measure.evaluate import kernel_resources
 
     problem = GEMM.problem("4095x4097x4093", dtype, layout)  # every leading dimension odd: A and B packed
     for label in ("128x256x32s4", "64x64x16s2"):
@@ -392,8 +392,8 @@ def test_emulated_kernel_with_one_packed_operand(tmp_path, layout, monkeypatch):
 def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
     from pathlib import Path
 
-    from autotune.evaluate import static_check
-    from autotune.spec import load_spec
+    from autotune.measure.evaluate import static_check
+    from autotune.tune.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / spec_file)
     starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]

@@ -12,10 +12,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
+from autotune.build.compiler import compile_source
+from autotune.build.templates import template_path
 from autotune.kernels import gemm_skinny as sk
 from autotune.kernels.base import Launch
-from autotune.templates import template_path
 from tests.host_cuda import HEADER, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")

@@ -13,11 +13,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune.compiler import compile_source
+from autotune.build.compiler import compile_source
+from autotune.build.templates import template_path
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
-from autotune.templates import template_path
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, build, gxx
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -59,7 +59,7 @@ def test_configurations_compile_for_sm90_without_spills(dtype):
 def test_a_sample_of_the_tuning_space_compiles_for_sm80_and_sm90():
     from pathlib import Path
 
-    from autotune.spec import load_spec
+    from autotune.tune.spec import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm_decode_nt.yaml")
     assert spec.template == "auto"  # skinny_nt and wgmma_decode; this samples skinny_nt's configurations

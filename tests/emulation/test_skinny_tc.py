@@ -11,10 +11,10 @@ import re
 
 import pytest
 
+from autotune.build.templates import render
 from autotune.kernels import gemm_skinny_tc as tc
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
-from autotune.templates import render
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, gxx, run_split_k_gemm
 from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.compiler import ARCH_SPECIFIC, compile_source, target_arch
+from autotune.build.compiler import ARCH_SPECIFIC, compile_source, target_arch
+from autotune.build.templates import render
 from autotune.kernels import gemm_skinny_wgmma as wg
 from autotune.kernels.base import Launch
 from autotune.kernels.gemm import GEMM
-from autotune.templates import render
 from tests.host_cuda import (
     CLUSTER_MAIN,
     CLUSTER_PRELUDE,

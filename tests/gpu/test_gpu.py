@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune.evaluate import Candidate, Settings, Status, evaluate, finish, measure, render_candidate
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
+from autotune.measure.evaluate import Candidate, Settings, Status, evaluate, finish, measure, render_candidate
 
 
 @pytest.fixture(autouse=True)
 def _our_kernels_through_the_runtime(monkeypatch):
-    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.dispatch)."""
+    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.serve.dispatch)."""
     monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
 
 
@@ -36,7 +36,7 @@ NAIVE = [dict(BX=16, BY=16), dict(BX=32, BY=1)]
 
 @pytest.fixture(scope="module")
 def settings():
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     gpu = current_gpu()
     return Settings(arch=gpu.arch, tolerance=1e-5, max_shared_bytes=gpu.max_shared_per_block)
@@ -63,7 +63,7 @@ def test_a_wrong_kernel_fails_verification(settings):
     c = render_candidate(cand, settings)
     broken = c.source.replace("if (row >= M || col >= N) return;", "if (row >= M - 1 || col >= N) return;")
     assert broken != c.source
-    from autotune.compiler import compile_source
+    from autotune.build.compiler import compile_source
 
     c = finish(c, compile_source(broken, c.kernel_name, settings.arch))
     r = measure(c, settings)
@@ -98,7 +98,7 @@ def test_a_short_real_run_stores_a_verified_winner(tmp_path, capsys):
 
 def test_a_corrupt_tuned_file_stops_before_tuning(tmp_path, capsys):
     from autotune.cli import main
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     bad = tmp_path / "tuned" / current_gpu().key / "gemm.json"
     bad.parent.mkdir(parents=True)
@@ -113,10 +113,10 @@ def test_a_corrupt_tuned_file_stops_before_tuning(tmp_path, capsys):
 def test_a_faulting_and_a_hanging_candidate_do_not_take_the_run_down(tmp_path, settings):
     from dataclasses import replace
 
-    from autotune.compile_pool import CompilePool
-    from autotune.search import SEARCH_PLAN, open_storage, tune_shape
-    from autotune.spec import parse_spec
-    from autotune.worker import GPUWorker
+    from autotune.build.compile_pool import CompilePool
+    from autotune.measure.worker import GPUWorker
+    from autotune.tune.search import SEARCH_PLAN, open_storage, tune_shape
+    from autotune.tune.spec import parse_spec
     from tests.gpu_faults import FAULTING, HANGING, sabotaging_compile
 
     spec = parse_spec(
@@ -211,7 +211,7 @@ def test_runtime_takes_torch_tensors_and_transposed_views(tmp_path, monkeypatch)
 def test_compare_measures_the_relative_error_and_counts_nan_and_inf():
     import cupy as cp
 
-    from autotune import verify
+    from autotune.measure import verify
 
     ref = cp.arange(1, 7, dtype=cp.float64).reshape(2, 3)
     same = verify.compare(ref.astype(cp.float32), ref, 1e-9)

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import TimingPlan
-from autotune.evaluate import Candidate, Settings, Status, evaluate
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.verify import tolerance_for
+from autotune.measure.bench import TimingPlan
+from autotune.measure.evaluate import Candidate, Settings, Status, evaluate
+from autotune.measure.verify import tolerance_for
 
 
 @pytest.fixture(autouse=True)
 def _our_kernels_through_the_runtime(monkeypatch):
-    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.dispatch)."""
+    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.serve.dispatch)."""
     monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
 
 
@@ -46,7 +46,7 @@ CONFIGS = [
 
 @pytest.fixture(scope="module")
 def settings():
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     gpu = current_gpu()
     return Settings(arch=gpu.arch, tolerance=1e-5, max_shared_bytes=gpu.max_shared_per_block, timing=QUICK,
@@ -374,7 +374,7 @@ def test_runtime_serves_every_stored_conv_winner(tmp_path, monkeypatch):
     import cupy as cp
 
     import autotune
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("AUTOTUNE_TUNED_DIR", str(ROOT / "tuned"))
@@ -403,7 +403,7 @@ def test_winograd_split_c_relaunches_on_the_same_scratch(settings, layout):
     """The tile counters go back to zero, so a second launch on the same scratch is as correct as the first."""
     import cupy as cp
 
-    from autotune.evaluate import load_kernel, prepare
+    from autotune.measure.evaluate import load_kernel, prepare
 
     params = next(p for p in WINOGRAD_CONFIGS if p.get("SPLIT_C", 1) == 4)
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
@@ -472,7 +472,7 @@ def test_split_k_relaunches_on_the_same_scratch_correctly_and_deterministically(
     right answer, and the same inputs give the same bits (slices summed in z order, whichever block is last)."""
     import cupy as cp
 
-    from autotune.evaluate import load_kernel, prepare
+    from autotune.measure.evaluate import load_kernel, prepare
 
     problem = CONV.problem(shape, "float16", "NHWC")
     params = dict(BM=64, BN=64, BK=64, WM=32, WN=32, STAGES=4, SPLIT_K=8)
@@ -507,9 +507,9 @@ def test_runtime_serves_a_split_k_entry_on_every_call(tmp_path, monkeypatch):
     import cupy as cp
 
     import autotune
-    from autotune.device import current_gpu
-    from autotune.store import merge
-    from autotune.templates import template_hash
+    from autotune.build.templates import template_hash
+    from autotune.core.device import current_gpu
+    from autotune.results.store import merge
 
     params = dict(BM=64, BN=128, BK=64, WM=32, WN=32, STAGES=5, SPLIT_K=3)
     problem = CONV.problem([32, 512, 7, 7, 512, 3, 3, 1, 1], "float16", "NHWC")

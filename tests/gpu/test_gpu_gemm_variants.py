@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import TimingPlan
-from autotune.evaluate import Candidate, Settings, Status, evaluate, load_kernel, prepare
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.verify import tolerance_for
+from autotune.measure.bench import TimingPlan
+from autotune.measure.evaluate import Candidate, Settings, Status, evaluate, load_kernel, prepare
+from autotune.measure.verify import tolerance_for
 
 
 @pytest.fixture(autouse=True)
 def _our_kernels_through_the_runtime(monkeypatch):
-    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.dispatch)."""
+    """These tests exercise our kernels through the runtime: no vendor substitution (see autotune.serve.dispatch)."""
     monkeypatch.setenv("AUTOTUNE_VENDOR", "0")
 
 
@@ -49,7 +49,7 @@ SKINNY_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (35, 8457, 2561), (3, 5, 7),
 
 @pytest.fixture(scope="module")
 def settings():
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     gpu = current_gpu()
     # Correctness, not tuning policy: a kernel that spills on this NVRTC still has to compute the right thing.
@@ -146,10 +146,10 @@ def test_runtime_serves_a_packed_mma_entry(tmp_path, monkeypatch):
     import cupy as cp
 
     import autotune
-    from autotune import runtime
-    from autotune.device import current_gpu
-    from autotune.store import merge
-    from autotune.templates import render, template_hash
+    from autotune.build.templates import render, template_hash
+    from autotune.core.device import current_gpu
+    from autotune.results.store import merge
+    from autotune.serve import runtime
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     tuned = tmp_path / "tuned"
@@ -440,7 +440,7 @@ def test_runtime_serves_the_stored_3xtf32_winners(tmp_path, monkeypatch, templat
     import cupy as cp
 
     import autotune
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     path = Path(__file__).resolve().parents[2] / "tuned" / current_gpu().key / "gemm.json"

@@ -11,10 +11,10 @@ import json
 import pytest
 
 import autotune
-from autotune import choices, dispatch, runtime
 from autotune.kernels import FAMILIES
 from autotune.kernels.conv import FIELDS
-from autotune.verify import tolerance_for
+from autotune.measure.verify import tolerance_for
+from autotune.serve import choices, dispatch, runtime
 
 pytestmark = pytest.mark.gpu
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bench import TimingPlan
-from autotune.evaluate import Candidate, Settings, Status, evaluate, load_kernel, prepare
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
-from autotune.space import Config
-from autotune.verify import tolerance_for
+from autotune.measure.bench import TimingPlan
+from autotune.measure.evaluate import Candidate, Settings, Status, evaluate, load_kernel, prepare
+from autotune.measure.verify import tolerance_for
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ SHAPES = [(1, 1, 1), (1, 4096, 4096), (3, 37, 1001), (16, 257, 4095), (64, 4099,
 
 @pytest.fixture(scope="module")
 def settings():
-    from autotune.device import current_gpu
+    from autotune.core.device import current_gpu
 
     gpu = current_gpu()
     return Settings(arch=gpu.arch, tolerance=1e-5, max_shared_bytes=gpu.max_shared_per_block, timing=QUICK,
@@ -38,7 +38,7 @@ def settings():
 def _space_sample(count: int, seed: int, mma: bool) -> list[dict]:
     """``count`` skinny_nt configurations of configs/gemm_decode_nt.yaml's space (which also holds wgmma_decode's)
     that the module accepts, with MMA or not, drawn at random."""
-    from autotune.spec import load_spec
+    from autotune.tune.spec import load_spec
 
     spec = load_spec(ROOT / "configs" / "gemm_decode_nt.yaml")
     configs = [c.as_dict() for c in spec.space.enumerate()]

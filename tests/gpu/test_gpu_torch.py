@@ -131,7 +131,7 @@ def test_optimized_model_runs_on_a_side_stream_and_in_a_cuda_graph(torch, servin
 def test_record_writes_the_models_workload(torch, serving, tmp_path):
     import autotune
     import autotune.torch as at
-    from autotune import recording
+    from autotune.serve import recording
 
     if recording._observer_setter() is None:
         pytest.skip("this runtime has no call observer (set_call_observer) yet")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.kernels import FAMILIES
-from autotune.verify import tolerance_for
+from autotune.measure.verify import tolerance_for
 from tests.gpu.test_gpu_gemm_variants import _launch_twice, _wrong_on
 from tests.gpu.test_gpu_gemm_variants import settings as settings  # the module's fixture
 

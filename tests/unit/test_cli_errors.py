@@ -9,11 +9,14 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from autotune import cli, device, storage_checks, templates
-from autotune.errors import AutotuneError, NoGPUError
-from autotune.search import open_storage
-from autotune.storage_checks import check_url, redact
-from autotune.templates import TemplateRenderError, render_file
+from autotune import cli
+from autotune.build import templates
+from autotune.build.templates import TemplateRenderError, render_file
+from autotune.core import device
+from autotune.core.errors import AutotuneError, NoGPUError
+from autotune.studies import storage_checks
+from autotune.studies.storage_checks import check_url, redact
+from autotune.tune.search import open_storage
 from tests.fakes import NAIVE_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +72,7 @@ def test_the_run_command_checks_the_storage_url_before_tuning(tmp_path, monkeypa
     """``run --storage`` with PostgreSQL and no driver, on a machine with a (fake) GPU: one line, exit 2."""
     _without_db_drivers(monkeypatch)
     monkeypatch.setattr(cli, "_current_gpu", lambda hint: _FakeGPU())
-    monkeypatch.setattr("autotune.compiler.require_nvrtc", lambda: None)
+    monkeypatch.setattr("autotune.build.compiler.require_nvrtc", lambda: None)
     spec = tmp_path / "naive.yaml"
     spec.write_text(NAIVE_SPEC)
     argv = ["run", str(spec), "--storage", "postgresql://u@h/db", "--tuned-dir", str(tmp_path / "tuned")]
@@ -241,7 +244,7 @@ def test_a_problem_larger_than_the_gpus_memory_is_one_sentence_before_tuning(tmp
         memory_bytes = 1 << 30
 
     monkeypatch.setattr(cli, "_current_gpu", lambda hint: SmallGPU())
-    monkeypatch.setattr("autotune.compiler.require_nvrtc", lambda: None)
+    monkeypatch.setattr("autotune.build.compiler.require_nvrtc", lambda: None)
     spec = tmp_path / "naive.yaml"
     spec.write_text(NAIVE_SPEC.replace('shapes: [[64, 64, 64], "96x80x72"]', "shapes: [[16384, 16384, 16384]]"))
     assert cli.main(["run", str(spec), "--tuned-dir", str(tmp_path / "tuned")]) == 2

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from autotune.compile_pool import CompilePool
-from autotune.evaluate import Candidate, Settings, render_candidate
+from autotune.build.compile_pool import CompilePool
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
+from autotune.measure.evaluate import Candidate, Settings, render_candidate
 from tests.fakes import fake_compile, slow_compile
 
 SETTINGS = Settings(arch="sm_90", tolerance=1e-5)

@@ -10,11 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune import choices, dispatch, hooks, online, runtime, serving
-from autotune.errors import AutotuneError
+from autotune.core import hooks
+from autotune.core.errors import AutotuneError
 from autotune.kernels import FAMILIES
 from autotune.kernels.base import Launch
-from autotune.vendor import VendorLauncher
+from autotune.measure.vendor import VendorLauncher
+from autotune.serve import choices, dispatch, online, runtime, serving
 
 GEMM, CONV = FAMILIES["gemm"], FAMILIES["conv2d"]
 P = GEMM.problem("272x4096x4096", "float16")
@@ -249,7 +250,7 @@ def test_serve_measures_once_remembers_and_then_serves_the_remembered_choice(tmp
 
     monkeypatch.setattr(online, "GpuRunner", Runner)
     monkeypatch.setattr(choices, "versions", lambda: VERSIONS)
-    monkeypatch.setattr("autotune.streams.capturing", lambda: False)
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: False)
     kw = dict(ranked=[nearest], default=runtime.Choice("wmma", WMMA, "default", "default"), gpu_key="gpu",
               cache=tmp_path, build_ours=FakeLauncher, make_choice=runtime.Choice, online_on=True)  # fmt: skip
     with caplog.at_level(logging.DEBUG, logger="autotune"):
@@ -265,7 +266,7 @@ def test_serve_measures_once_remembers_and_then_serves_the_remembered_choice(tmp
 
 
 def test_serve_hands_back_a_vendor_launcher_with_its_provenance(tmp_path, monkeypatch):
-    monkeypatch.setattr("autotune.streams.capturing", lambda: True)
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: True)
     launcher = serving.serve("gemm", P, None, ranked=[], default=None, gpu_key="gpu", cache=tmp_path,
                              build_ours=lambda c: pytest.fail("not ours"), make_choice=runtime.Choice,
                              online_on=True)  # fmt: skip
@@ -352,7 +353,7 @@ def test_load_decides_once_per_setting_and_never_remembers_a_provisional_decisio
     monkeypatch.setattr(runtime, "_build", lambda kernel, problem, c, arch: FakeLauncher(c))
     monkeypatch.setattr(online, "GpuRunner", Runner)
     monkeypatch.setattr(choices, "versions", lambda: VERSIONS)
-    monkeypatch.setattr("autotune.streams.capturing", lambda: capture[0])
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: capture[0])
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(dispatch.ENV_ONLINE, raising=False)
     runtime.forget_launchers()
@@ -393,15 +394,15 @@ def test_a_remembered_record_of_ours_applies_while_the_template_renders_the_same
 
 
 def render_hash(template, params, problem):
-    from autotune.templates import render
+    from autotune.build.templates import render
 
     return render("gemm", template, params, problem).source_hash
 
 
 def test_torch_operands_are_copied_only_where_the_kernels_cannot_read_them_in_place():
     torch = pytest.importorskip("torch")
-    from autotune.streams import is_torch
-    from autotune.torch_calls import torch_operand
+    from autotune.measure.streams import is_torch
+    from autotune.serve.torch_calls import torch_operand
 
     w = torch.randn(64, 32)
     assert torch_operand(w, False) is not None and torch_operand(w, False).data_ptr() == w.data_ptr()

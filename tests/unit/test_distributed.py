@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
-from autotune.search import FINAL_PLAN, open_storage, study_name  # noqa: E402
-from autotune.space import Config  # noqa: E402
-from autotune.spec import load_spec  # noqa: E402
+from autotune.core.space import Config  # noqa: E402
+from autotune.tune.search import FINAL_PLAN, open_storage, study_name  # noqa: E402
+from autotune.tune.spec import load_spec  # noqa: E402
 from tests.fakes import NAIVE_SPEC, FakeEvaluator  # noqa: E402
 
 HEARTBEAT_S, GRACE_S = 1, 2  # short, so that a killed worker's trial is failed within seconds
@@ -70,18 +70,18 @@ class LoggingEvaluator(FakeEvaluator):
 
 def worker_main(argv: list[str]) -> None:
     """One worker: every shape of the spec, in a study shared with the other workers."""
-    from autotune.compile_pool import CompilePool
-    from autotune.evaluate import Settings
-    from autotune.search import tune_shape
-    from autotune.study_database import rdb_storage
+    from autotune.build.compile_pool import CompilePool
+    from autotune.measure.evaluate import Settings
+    from autotune.studies.study_database import rdb_storage
+    from autotune.tune.search import tune_shape
     from tests.fakes import fake_compile
 
     spec_path, storage_url, gpu_key, log, trials, delay = argv[:6]
     if "--remote" in argv:  # a worker of another machine: its process id says nothing here
-        import autotune.search
-        import autotune.shared_study
+        import autotune.studies.shared_study
+        import autotune.tune.search
 
-        autotune.search._owner = autotune.shared_study._owner = lambda: "another-host:1"
+        autotune.tune.search._owner = autotune.studies.shared_study._owner = lambda: "another-host:1"
     spec = load_spec(spec_path)
     is_url = "://" in storage_url
     storage = rdb_storage(storage_url, HEARTBEAT_S, GRACE_S) if is_url else open_storage(storage_url)
@@ -133,8 +133,8 @@ def _lines(logs: list[Path]) -> list[tuple[str, str, str, str]]:
 
 
 def _feasible(spec, problem) -> set[str]:
-    from autotune.evaluate import Settings
-    from autotune.search import feasible_configs
+    from autotune.measure.evaluate import Settings
+    from autotune.tune.search import feasible_configs
 
     return {c.key for c in feasible_configs(spec, problem, Settings(arch="sm_90", tolerance=1e-5))}
 
@@ -237,7 +237,7 @@ def test_a_killed_remote_worker_is_failed_by_its_heartbeat_and_retried_postgresq
 
 
 def test_gpus_names_each_workers_device():
-    from autotune.gpu_workers import parse_gpus
+    from autotune.tune.gpu_workers import parse_gpus
 
     assert parse_gpus("all", 4) == ["0", "1", "2", "3"]
     assert parse_gpus("3, 1", 4) == ["3", "1"]
@@ -250,15 +250,15 @@ def test_gpus_names_each_workers_device():
      ("0", 0, "no GPU 0; this host has no GPU"), ("all", 0, "no CUDA GPU is visible")],
 )  # fmt: skip
 def test_a_bad_gpus_list_is_one_clear_error(text, count, words):
-    from autotune.errors import AutotuneError
-    from autotune.gpu_workers import parse_gpus
+    from autotune.core.errors import AutotuneError
+    from autotune.tune.gpu_workers import parse_gpus
 
     with pytest.raises(AutotuneError, match=words):
         parse_gpus(text, count)
 
 
 def test_each_gpus_worker_gets_its_device_and_a_share_of_the_compile_jobs():
-    from autotune.gpu_workers import WORKER_ENV, worker_commands
+    from autotune.tune.gpu_workers import WORKER_ENV, worker_commands
 
     argv = ["-v", "run", "spec.yaml", "--gpus", "0,1,2", "--jobs=16", "--trials", "9"]
     commands = worker_commands(argv, ["0", "1", "2"], 16)
@@ -269,7 +269,7 @@ def test_each_gpus_worker_gets_its_device_and_a_share_of_the_compile_jobs():
 
 
 def test_gpus_workers_run_side_by_side_and_the_worst_exit_status_counts(tmp_path, monkeypatch, capsys):
-    import autotune.gpu_workers as gw
+    import autotune.tune.gpu_workers as gw
 
     script = "import os, sys; print('progress'); print(); print('table ' + os.environ['CUDA_VISIBLE_DEVICES']);"
     script += " print(); print('results: x'); sys.exit(int(os.environ['CUDA_VISIBLE_DEVICES']) % 2 * 3)"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import build_parser, main
-from autotune.safe_yaml import load_yaml
-from autotune.spec import parse_spec
-from autotune.workload import is_workload, parse_workload
+from autotune.core.safe_yaml import load_yaml
+from autotune.tune.spec import parse_spec
+from autotune.tune.workload import is_workload, parse_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

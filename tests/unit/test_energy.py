@@ -15,8 +15,8 @@ import types
 
 import pytest
 
-from autotune.energy import COUNTER, POWER_SAMPLING, Energy, EnergyMeter, EnergyPlan, pareto_front
-from autotune.evaluate import Settings, measure_energy
+from autotune.measure.energy import COUNTER, POWER_SAMPLING, Energy, EnergyMeter, EnergyPlan, pareto_front
+from autotune.measure.evaluate import Settings, measure_energy
 
 CUDA_BUS_ID = "0000:3B:00.0"  # as CUDA writes it
 NVML_BUS_ID = "00000000:3B:00.0"  # as NVML writes it
@@ -170,7 +170,7 @@ def test_an_unknown_bus_id_is_reported(monkeypatch):
 
 
 def test_evaluate_records_not_measured_never_zero(monkeypatch):
-    evaluate = sys.modules["autotune.evaluate"]  # the package's name `evaluate` is the function
+    evaluate = sys.modules["autotune.measure.evaluate"]  # the package's name `evaluate` is the function
 
     monkeypatch.setitem(sys.modules, "pynvml", None)
     monkeypatch.setattr(evaluate, "default_meter", meter)
@@ -186,7 +186,9 @@ def test_evaluate_records_not_measured_never_zero(monkeypatch):
 
 
 def test_import_autotune_does_not_import_pynvml():
-    code = "import sys, autotune, autotune.energy, autotune.evaluate; assert 'pynvml' not in sys.modules"
+    code = (
+        "import sys, autotune, autotune.measure.energy, autotune.measure.evaluate; assert 'pynvml' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -203,10 +205,10 @@ def test_energy_of_a_real_gemm_is_repeatable_on_the_gpu():
     """GPU tier: a tuned-size SIMT GEMM measured twice (independent batches) agrees within 5%."""
     from dataclasses import replace
 
-    from autotune.device import current_gpu
-    from autotune.evaluate import Candidate, evaluate
+    from autotune.core.device import current_gpu
+    from autotune.core.space import Config
     from autotune.kernels import FAMILIES
-    from autotune.space import Config
+    from autotune.measure.evaluate import Candidate, evaluate
 
     m = EnergyMeter()
     if not m.available:

@@ -10,12 +10,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import report, session
-from autotune.compile_pool import CompilePool
-from autotune.evaluate import Settings
-from autotune.search import open_storage, study_name, tune_shape
-from autotune.spec import load_spec
-from autotune.store import entry_key, merge, read, tuned_file
+from autotune import report
+from autotune.build.compile_pool import CompilePool
+from autotune.measure.evaluate import Settings
+from autotune.results.store import entry_key, merge, read, tuned_file
+from autotune.tune import session
+from autotune.tune.search import open_storage, study_name, tune_shape
+from autotune.tune.spec import load_spec
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_energy, fake_time
 from tests.unit.test_report import embedded_pngs, png_image
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.compiler import CompileResult
-from autotune.evaluate import Candidate, Settings, Status, blocks_per_sm, finish, render_candidate
+from autotune.build.compiler import CompileResult
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
+from autotune.measure.evaluate import Candidate, Settings, Status, blocks_per_sm, finish, render_candidate
 
 SETTINGS = Settings(arch="sm_90", tolerance=1e-5, max_shared_bytes=227 * 1024)
 SIMT = dict(BM=128, BN=128, BK=8, WM=64, WN=32, WNITER=2, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)  # 256 threads

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.export import build_line, export, source_file
+from autotune.build.templates import render, template_hash
 from autotune.kernels import FAMILIES
-from autotune.templates import render, template_hash
+from autotune.results.export import build_line, export, source_file
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia-h200-sm90"

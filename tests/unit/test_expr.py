@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import AutotuneError, ConstraintError
-from autotune.expr import FUNCTIONS, Expression
+from autotune.core.errors import AutotuneError, ConstraintError
+from autotune.core.expr import FUNCTIONS, Expression
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -370,7 +370,7 @@ def test_type_and_domain_errors_become_constraint_errors(text):
 
 
 def test_expr_module_never_calls_eval_exec_or_compile():
-    source = (ROOT / "autotune" / "expr.py").read_text()
+    source = (ROOT / "autotune" / "core" / "expr.py").read_text()
     tree = ast.parse(source)
     forbidden = {"eval", "exec", "compile", "__import__"}
     offenders = []
@@ -495,7 +495,7 @@ def test_random_deep_expressions_match_their_computed_value(seed):
 
 
 def test_an_evaluation_error_carries_its_expression():
-    from autotune.expr import EvaluationError
+    from autotune.core.expr import EvaluationError
 
     with pytest.raises(EvaluationError) as info:
         Expression("BM // (WM - WM) > 0").evaluate({"BM": 4, "WM": 2})

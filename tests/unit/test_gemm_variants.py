@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.errors import SpecError
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render, template_hash
+from autotune.core.errors import SpecError
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.runtime import choose
-from autotune.search import study_name
-from autotune.space import Config
-from autotune.spec import parse_spec
-from autotune.store import merge
-from autotune.templates import render, template_hash
+from autotune.measure.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.results.store import merge
+from autotune.serve.runtime import choose
+from autotune.tune.search import study_name
+from autotune.tune.spec import parse_spec
 
 GEMM = FAMILIES["gemm"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -202,7 +202,7 @@ def test_export_describes_grid_z_and_scratch_for_split_k_and_conv(tmp_path):
     import shutil
     import subprocess
 
-    from autotune.export import export
+    from autotune.results.export import export
 
     tuned = tmp_path / "tuned" / "nvidia-h200-sm90"
     tuned.mkdir(parents=True)

@@ -16,13 +16,13 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import report
+from autotune.build.compile_pool import CompilePool
 from autotune.cli import main
-from autotune.compile_pool import CompilePool
-from autotune.errors import AutotuneError
-from autotune.evaluate import Settings
-from autotune.search import fail_orphans, open_storage, orphan_reason, study_name, tune_shape
-from autotune.spec import load_spec
-from autotune.storage_checks import first_bad_line, set_aside_torn_tail
+from autotune.core.errors import AutotuneError
+from autotune.measure.evaluate import Settings
+from autotune.studies.storage_checks import first_bad_line, set_aside_torn_tail
+from autotune.tune.search import fail_orphans, open_storage, orphan_reason, study_name, tune_shape
+from autotune.tune.spec import load_spec
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def test_a_torn_last_record_is_set_aside_and_the_study_resumes(spec, tmp_path, c
     _cut(journal, 37)
     torn = journal.read_bytes()
     last_newline = torn.rfind(b"\n") + 1
-    with caplog.at_level(logging.WARNING, logger="autotune.search"):
+    with caplog.at_level(logging.WARNING, logger="autotune.tune.search"):
         out = run(spec, journal, trials=7)
     notes = [r.getMessage() for r in caplog.records if "cut short" in r.getMessage()]
     assert len(notes) == 1 and str(journal) in notes[0]
@@ -154,7 +154,7 @@ def _kill_after(tmp_path: Path, journal: Path, name: str, step: str) -> None:
     """A child process that creates a trial the way ``step`` says, then is SIGKILLed before it tells."""
     script = textwrap.dedent(f"""
         import os, signal, optuna
-        from autotune.search import _ask_owned, open_storage
+        from autotune.tune.search import _ask_owned, open_storage
         storage = open_storage({str(journal)!r})
         study = optuna.create_study(study_name={name!r}, storage=storage, load_if_exists=True)
         trial = {step}
@@ -188,7 +188,7 @@ def test_running_trials_of_killed_processes_are_failed_on_the_next_open(tmp_path
 def test_a_running_trial_of_a_live_process_is_left_alone(tmp_path):
     storage = open_storage(str(tmp_path / "live.journal"))
     study = optuna.create_study(study_name="live", storage=storage)
-    from autotune.search import _ask_owned
+    from autotune.tune.search import _ask_owned
 
     trial = _ask_owned(study, {"x": 1})
     assert trial.user_attrs["owner"].endswith(f":{os.getpid()}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.kernels import FAMILIES
-from autotune.ladder import rungs
+from autotune.tune.ladder import rungs
 
 TUNED = dict(BM=128, BN=256, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, VEC=4, PAD=4, DBUF=True)
 

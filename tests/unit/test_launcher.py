@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune import hooks, launcher
+from autotune.core import hooks
 from autotune.kernels import FAMILIES
 from autotune.kernels.base import Launch
-from autotune.runtime import Choice
+from autotune.serve import launcher
+from autotune.serve.runtime import Choice
 
 GEMM = FAMILIES["gemm"]
 SIMT = dict(BM=64, BN=64, BK=16, WM=16, WN=64, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
@@ -70,7 +71,7 @@ def test_packed_arguments_are_made_once_per_alpha_and_beta():
 
 def test_scratch_is_per_stream_and_made_with_that_stream_current(monkeypatch):
     monkeypatch.setattr(launcher, "PACKED", False)
-    monkeypatch.setattr("autotune.streams.capturing", lambda: False)
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: False)
     made = []
 
     def new_scratch():
@@ -140,3 +141,35 @@ def test_a_template_with_its_own_arguments_gets_plain_int_pointers(monkeypatch):
     assert made == [(0, 1024), (1, 2048)]
     assert args[:3] == (1024, 2048, 4096) and all(type(x) is int for x in args[:3])
     assert not any(isinstance(x, launcher.DevicePointer) for x in args)
+
+
+def test_a_template_with_its_own_arguments_makes_them_once_per_set_of_addresses(monkeypatch):
+    """The drop-in's steady state calls on addresses seen before (torch's caching allocator): the template's
+    arguments (tensor maps and all) are made on the first call of each set and reused; new addresses get new ones."""
+    from autotune.core import tensormap
+    from autotune.kernels import gemm_wgmma_decode
+
+    made = []
+
+    def tiled_2d(ptr, *shape):
+        made.append(ptr)
+        return np.zeros(1, dtype=np.dtype((np.void, 128)))
+
+    monkeypatch.setattr(tensormap, "tiled_2d", tiled_2d)
+
+    params = dict(BW=64, MB=8, CONSUMERS=1, STAGES=4, SPLIT_K=1)
+    problem = GEMM.problem("1x4096x4096", "float16", "NT")
+    fn, s = Fn(), Stream(7)
+    maps = gemm_wgmma_decode.TensorMaps(params, problem)
+    choice, launch = Choice("wgmma_decode", params, "exact", "test"), Launch((64, 1, 1), (256, 1, 1), 0)
+    ours = launcher.Launcher("gemm", problem, choice, fn, launch, "k", lambda: (np.zeros(1), np.zeros(1), maps))
+    monkeypatch.setattr(launcher, "stream_key", lambda ptr: ptr)
+    for _ in range(3):
+        ours.launch_ptrs(1024, 2048, 4096, 1.0, 0.0, s)
+    assert made == [1024, 2048]
+    ours.launch_ptrs(1024, 2048, 8192, 1.0, 0.0, s)  # a new output address: the same maps, a new tuple
+    ours.launch_ptrs(3072, 2048, 8192, 1.0, 0.0, s)  # a new input: its map is made
+    assert made == [1024, 2048, 3072]
+    firsts = [args[:3] for args, _ in fn.launches]
+    assert firsts == [(1024, 2048, 4096)] * 3 + [(1024, 2048, 8192), (3072, 2048, 8192)]
+    assert fn.launches[0][0] is fn.launches[2][0]  # the same argument tuple, not made again

@@ -2,7 +2,8 @@
 
 Each module belongs to one stage of the pipeline (``STAGES``, the one place that says which); a module imports
 only from its own stage or earlier ones, and no chain of imports leads back to where it started. Imports inside
-functions count: a lazy import is still a dependency, only a later one.
+functions count: a lazy import is still a dependency, only a later one. There are no exceptions: no module is
+exempt from either rule, nor from the check below that generic modules name no kernel family or template.
 
 The order differs from the data-flow picture in one place, on purpose: ``results`` (the tuned/ files) comes before
 ``tune``, because a tuning session stores its winners with ``store``; T4 records are read from studies, so ``t4``
@@ -27,39 +28,17 @@ def _names(text: str) -> tuple[str, ...]:
 # name ending in ".*" takes every module under that package.
 STAGES: dict[str, tuple[str, ...]] = {
     # leaves: records, expressions and limits that everything may use
-    "core": _names("errors version limits device expr safe_yaml space records study_key hooks progress tensormap"),
+    "core": _names("core core.*"),
     "kernels": _names("kernels kernels.*"),
-    "build": _names("templates compiler compile_pool"),
-    "measure": _names("bench energy verify streams vendor evaluate worker"),
-    "results": _names("store export"),
-    "tune": _names(
-        "spec spec_params workload samplers samplers_ga study_storage storage_checks study_database shared_study "
-        "trial_record search search_state finalists session tune_workload gpu_workers ladder replay t4"
-    ),
-    "serve": _names("launcher runtime dispatch calls torch_calls choices online serving recording torch_backend torch"),
+    "build": _names("build build.*"),
+    "measure": _names("measure measure.*"),
+    "results": _names("results results.*"),
+    # the search, and the Optuna studies it runs on
+    "tune": _names("tune tune.* studies studies.*"),
+    "serve": _names("serve serve.*"),
     "report": _names("report report.*"),
-    # the entry points: the command line, and the package's public names ("")
-    "cli": (*_names("cli cli_parser compile_only __main__"), ""),
-}
-
-# Imports that break the layering or close a cycle today, in files this change could not touch: (importer,
-# imported) -> why, and whose file it is. Remove an entry when its import is fixed; the test fails on an entry
-# that no longer matches an import, so the list only shrinks.
-ALLOWED: dict[tuple[str, str], str] = {
-    # choices.py and t4.py (other helpers' files): `from . import __version__` reaches the package's public names
-    # (the serving stage and the rest); the fix is `from .version import __version__`.
-    ("choices", ""): "choices.py: import __version__ from .version",
-    ("t4", ""): "t4.py: import __version__ from .version",
-    # shared_study.py (another helper's file) reaches back into search.py for names search re-exports; the fix is
-    # importing them where they live: result_from_trial and result_attrs from .trial_record, failed_orphans from
-    # .study_storage. It closes the cycle search -> study_storage -> study_database -> shared_study -> search.
-    ("shared_study", "search"): "shared_study.py: import from .trial_record and .study_storage",
-    # runtime.py and dispatch.py (another helper's files): set_online (dispatch) calls runtime.forget_launchers,
-    # while runtime imports dispatch; the memo could move to dispatch or a registry both read.
-    ("dispatch", "runtime"): "dispatch.py: set_online clears runtime's memo",
-    # runtime.__getattr__ keeps autotune.runtime.gemm/conv2d working after they moved to calls.py, which imports
-    # runtime; dropping the alias (callers use autotune.gemm) removes the cycle.
-    ("runtime", "calls"): "runtime.py: the old runtime.gemm/conv2d alias",
+    # the entry points: the command line, the torch drop-in, and the package's public names ("")
+    "cli": (*_names("cli cli_parser compile_only torch __main__"), ""),
 }
 
 
@@ -131,6 +110,17 @@ def test_the_stage_table_names_only_modules_that_exist():
     assert len(named) == len(set(named))
 
 
+def test_every_stage_is_a_folder_and_only_the_entry_points_stay_at_the_top():
+    """The folders show the pipeline: a module's folder is its stage (autotune/tune/ and autotune/studies/ are
+    both "tune"); only the entry points live directly under autotune/."""
+    top_level = sorted(m for m in MODULES if m and "." not in m and not (PACKAGE / m).is_dir())
+    assert top_level == sorted(m for m in STAGES["cli"] if m)
+    for module in MODULES:
+        folder = module.split(".")[0]
+        if (PACKAGE / folder).is_dir():
+            assert stage_of(module) == stage_of(folder), f"{_shown(module)} sits outside its stage's folder"
+
+
 def _upward_imports() -> list[tuple[str, str]]:
     return [
         (m, dep)
@@ -141,11 +131,7 @@ def _upward_imports() -> list[tuple[str, str]]:
 
 
 def test_a_module_imports_only_from_its_own_stage_or_earlier_ones():
-    wrong = [
-        f"{_shown(m)} ({stage_of(m)}) imports {_shown(dep)} ({stage_of(dep)})"
-        for m, dep in _upward_imports()
-        if (m, dep) not in ALLOWED
-    ]
+    wrong = [f"{_shown(m)} ({stage_of(m)}) imports {_shown(dep)} ({stage_of(dep)})" for m, dep in _upward_imports()]
     assert not wrong, "imports against the pipeline's order:\n" + "\n".join(wrong)
 
 
@@ -162,8 +148,6 @@ def _cycles() -> list[list[str]]:
         stack.append(v)
         on_stack.add(v)
         for w in sorted(GRAPH[v]):
-            if (v, w) in ALLOWED:
-                continue
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -191,18 +175,13 @@ def test_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(map(_shown, c)) for c in cycles)
 
 
-def test_every_allowed_exception_still_matches_an_import():
-    stale = [f"{_shown(a)} -> {_shown(b)}" for a, b in ALLOWED if b not in GRAPH.get(a, set())]
-    assert not stale, "remove these fixed entries from ALLOWED: " + ", ".join(stale)
-
-
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from .errors import AutotuneError\n", {"errors"}),
-        ("from . import hooks, __version__\n", {"hooks", ""}),
+        ("from .core.errors import AutotuneError\n", {"core.errors"}),
+        ("from .core import hooks\nfrom . import __version__\n", {"core.hooks", ""}),
         ("def f():\n    from .kernels import FAMILIES\n", {"kernels"}),
-        ("import autotune.store as s\n", {"store"}),
+        ("import autotune.results.store as s\n", {"results.store"}),
         ("from typing import Any\nimport yaml\n", set()),
     ],
 )
@@ -215,16 +194,6 @@ def test_the_graph_reads_relative_absolute_and_lazy_imports(source, expected, tm
 
 
 # --- generic modules name no kernel family or template --------------------------------------------------------
-
-# Modules outside autotune/kernels/ that still branch on a family's or template's name, in files other helpers own:
-# module -> what the branch does and where its knowledge belongs. Remove an entry once its branch moves.
-NAMES_ALLOWED: dict[str, str] = {
-    "runtime": "runtime.py: load('gemm', M=, N=, K=) parses a GEMM shape, and the old runtime.gemm/conv2d alias",
-    "calls": "calls.py: conv2d() checks the conv2d family is registered",
-    "torch": "torch.py: nn.Conv2d vs nn.Linear routing (a module kind named like the family)",
-    "tune_workload": "tune_workload.py: NT GEMMs tune with the decode space (a family method could say so)",
-    "vendor": "vendor.py: cuBLAS vs cuDNN per family; the family's vendor() could serve on the caller's stream",
-}
 
 
 def _kernel_names() -> set[str]:
@@ -252,17 +221,17 @@ def named_kernels(source: str, names: set[str]) -> list[tuple[int, str]]:
 
 
 def test_no_generic_module_branches_on_a_kernel_family_or_template_name():
+    """What differs between families or templates is asked of them (``FAMILIES[kernel].<method>``): the problem
+    ``load()``'s sizes name (``load_problem``), the default spec files (``spec_files``), the vendor library and its
+    call (``vendor_library``, ``vendor_call``, ``vendor_torch_call``). A name passed as an argument is no branch:
+    the public entry points name the family they serve (``autotune.conv2d`` calls ``load("conv2d", ...)``, the
+    drop-in maps nn.Linear to ``"gemm"``), and the drop-in's own branches are on torch's module types
+    (``autotune.torch.Kind``)."""
     names = _kernel_names()
     generic = {m: p for m, p in MODULES.items() if stage_of(m) != "kernels"}
-    hits = {m: named_kernels(p.read_text(), names) for m, p in generic.items()}
-    wrong = [
-        f"{_shown(m)}:{line} names {name!r}" for m, h in hits.items() if m not in NAMES_ALLOWED for line, name in h
-    ]
-    assert not wrong, "move what these branches know into the family or template (autotune/kernels):\n" + "\n".join(
-        wrong
-    )
-    stale = [m for m in NAMES_ALLOWED if not hits.get(m)]
-    assert not stale, f"remove from NAMES_ALLOWED, they name no kernel any more: {stale}"
+    hits = [(m, line, name) for m, p in generic.items() for line, name in named_kernels(p.read_text(), names)]
+    wrong = "\n".join(f"{_shown(m)}:{line} names {name!r}" for m, line, name in hits)
+    assert not wrong, "move what these branches know into the family or template (autotune/kernels):\n" + wrong
 
 
 def test_the_name_check_sees_comparisons_memberships_and_subscripts():

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from autotune import dispatch, runtime
-from autotune.errors import AutotuneError
+from autotune.build.templates import render, template_hash
+from autotune.core.errors import AutotuneError
 from autotune.kernels import FAMILIES
 from autotune.kernels.conv import ITEMSIZE as CONV_DTYPES
 from autotune.kernels.conv import LAYOUTS as CONV_LAYOUTS
 from autotune.kernels.gemm import ITEMSIZE as GEMM_DTYPES
 from autotune.kernels.gemm import LAYOUTS as GEMM_LAYOUTS
-from autotune.store import merge
-from autotune.templates import render, template_hash
-from autotune.vendor import vendor_for
+from autotune.measure.vendor import vendor_for
+from autotune.results.store import merge
+from autotune.serve import dispatch, runtime
 
 H200 = "nvidia-h200-sm90"
 DRAWS = 400

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import autotune
-from autotune import recording, runtime
 from autotune.kernels import FAMILIES
+from autotune.serve import recording, runtime
 
 GEMM = FAMILIES["gemm"]
 CONV = FAMILIES["conv2d"]
@@ -107,7 +107,7 @@ def test_record_writes_counts_times_and_shares_in_first_call_order(hook, tmp_pat
 
 
 def test_autotune_run_reads_what_record_writes(hook, tmp_path):
-    workload = pytest.importorskip("autotune.workload")  # the consumer: autotune run workload.yaml
+    workload = pytest.importorskip("autotune.tune.workload")  # the consumer: autotune run workload.yaml
     gpu = FakeGPU()
     path = tmp_path / "w.yaml"
     with autotune.record(path, name="llama", timer=FakeTimer(gpu), gpu=None):

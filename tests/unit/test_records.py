@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.records import EntryKey, RecordError, TunedEntry
+from autotune.core.records import EntryKey, RecordError, TunedEntry
 
 FULL = {
     "template": "mma",

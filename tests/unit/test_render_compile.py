@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compiler import compile_source, include_dirs_for
-from autotune.errors import HeadersNotFoundError
-from autotune.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.build.compiler import compile_source, include_dirs_for
+from autotune.build.templates import render
+from autotune.core.errors import HeadersNotFoundError
 from autotune.kernels import FAMILIES
-from autotune.spec import load_spec
-from autotune.templates import render
+from autotune.measure.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.tune.spec import load_spec
 
 F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
 
@@ -44,7 +44,7 @@ def test_every_candidate_of_the_default_space_renders(gemm_candidates):
 def test_missing_template_parameter_is_an_error_not_an_empty_string():
     import jinja2
 
-    from autotune.templates import _environment
+    from autotune.build.templates import _environment
 
     template = _environment().get_template("gemm/naive.cu.j2")
     with pytest.raises(jinja2.UndefinedError, match="BY"):
@@ -111,10 +111,10 @@ def test_missing_headers_are_named(monkeypatch):
 
 def test_resources_come_from_the_cubin_when_the_log_has_no_report(gemm_candidates):
     # NVRTC 13.0 answers a repeated compile from its cache with an empty log: the cubin must tell.
-    from autotune.compiler import CompileResult, _with_resources, cubin_resources
+    from autotune.build.compiler import CompileResult, _with_resources, cubin_resources
 
     spilling = dict(BM=256, BN=32, BK=16, WM=128, WN=32, WNITER=2, TM=4, TN=4, VEC=1, PAD=0, DBUF=True)
-    from autotune.space import Config
+    from autotune.core.space import Config
 
     sample = random.Random(1).sample(gemm_candidates, 4)
     sample.append(Candidate("gemm", "simt", sample[0].problem, Config.of(spilling)))
@@ -130,7 +130,7 @@ def test_resources_come_from_the_cubin_when_the_log_has_no_report(gemm_candidate
 
 
 def test_the_template_hash_covers_the_shared_helpers_a_template_imports():
-    from autotune.templates import _with_shared, template_root
+    from autotune.build.templates import _with_shared, template_root
 
     root = template_root()
     mma = _with_shared("gemm/mma.cu.j2")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.evaluate import Status
-from autotune.replay import RecordedEvaluator, Run, Summary, Variant, quantiles, replay, replay_once, trace
-from autotune.search import SEARCH_PLAN
-from autotune.space import Config, Param
-from autotune.t4 import Entry, Record, Validity, load_record
+from autotune.core.space import Config, Param
+from autotune.measure.evaluate import Status
+from autotune.tune.replay import RecordedEvaluator, Run, Summary, Variant, quantiles, replay, replay_once, trace
+from autotune.tune.search import SEARCH_PLAN
+from autotune.tune.t4 import Entry, Record, Validity, load_record
 
 RECORD = Path(__file__).parents[1] / "data" / "records" / "convolution_A100.subset400.json.gz"
 
@@ -214,7 +214,7 @@ def test_kernel_tuner_simulates_its_genetic_algorithm_on_our_h200_record():
     kernel_tuner = pytest.importorskip("kernel_tuner")
     import json
 
-    from autotune.t4 import to_kt_cache
+    from autotune.tune.t4 import to_kt_cache
 
     bench = _benchmark()
     bench._kt_neighbour_lists(kernel_tuner)

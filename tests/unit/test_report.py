@@ -24,7 +24,7 @@ import pytest
 
 from autotune import report
 from autotune.cli import main
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 JOURNAL = DATA / "recorded.journal"

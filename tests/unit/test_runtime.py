@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune import runtime
-from autotune.compiler import compile_source
-from autotune.export import export
+from autotune.build.compiler import compile_source
+from autotune.build.templates import fits_installed, installed_renders, render, template_hash
 from autotune.kernels import FAMILIES
-from autotune.runtime import CubinCache, choose
-from autotune.store import merge
-from autotune.templates import fits_installed, installed_renders, render, template_hash
+from autotune.results.export import export
+from autotune.results.store import merge
+from autotune.serve import calls, runtime
+from autotune.serve.runtime import CubinCache, choose
 
 F32 = FAMILIES["gemm"].problem("64x64x64", "float32")
 
@@ -50,11 +50,11 @@ def problem(label):
 @pytest.fixture(autouse=True)
 def _not_capturing(monkeypatch):
     """No GPU here: CuPy cannot tell whether a stream captures, which the runtime reads as capturing."""
-    monkeypatch.setattr("autotune.streams.capturing", lambda: False)
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: False)
 
 
 def test_exact_entry_wins(tuned, caplog):
-    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+    with caplog.at_level(logging.DEBUG, logger="autotune.serve.runtime"):
         c = choose("gemm", problem("4096x4096x4096"), H200, "sm_90", tuned)
     assert c.step == "exact" and c.params == BIG and c.source == f"{H200} float32/NN/4096x4096x4096"
     assert "exact config" in caplog.text
@@ -83,7 +83,7 @@ def test_entries_of_another_template_version_or_unverified_are_never_served(tmp_
     doc = json.loads(path.read_text())
     doc["entries"]["float32/NN/32x32x32"] = {**entry(SMALL), "verified": False}
     path.write_text(json.dumps(doc))
-    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+    with caplog.at_level(logging.DEBUG, logger="autotune.serve.runtime"):
         c = choose("gemm", problem("64x64x64"), H200, "sm_90", d)
     assert c.step == "default"
     assert "tuned with template 0123456789abcdef" in caplog.text
@@ -96,7 +96,7 @@ def test_an_entry_lacking_a_parameter_its_template_has_gained_is_skipped_not_a_c
     old = {k: v for k, v in SMALL.items() if k != "DBUF"}
     merge(d / H200 / "gemm.json", {}, "float32/NN/64x64x64", entry(old, template_hash="0123456789abcdef"))
     merge(d / H200 / "gemm.json", {}, "float32/NN/128x128x128", entry(BIG))
-    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+    with caplog.at_level(logging.DEBUG, logger="autotune.serve.runtime"):
         c = choose("gemm", problem("64x64x64"), H200, "sm_90", d)
     assert (c.step, c.params) == ("nearest", BIG)
     assert "do not fit the installed template" in caplog.text
@@ -114,7 +114,7 @@ def test_an_entry_of_an_older_template_file_is_served_while_it_renders_the_same_
     merge(d / H200 / "gemm.json", {}, "float32/NN/16x16x16",
           entry(SMALL, template_hash="0123456789abcdef", source_hash="fedcba9876543210"))  # fmt: skip
     assert choose("gemm", problem("64x64x64"), H200, "sm_90", d).step == "exact"
-    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+    with caplog.at_level(logging.DEBUG, logger="autotune.serve.runtime"):
         c = choose("gemm", problem("16x16x16"), H200, "sm_90", d)
     assert (c.step, c.params) == ("nearest", BIG)  # the changed kernel is skipped, not served
     assert "tuned with template 0123456789abcdef" in caplog.text
@@ -180,8 +180,8 @@ def test_split_k_scratch_is_not_shared_between_streams(monkeypatch):
     choice = runtime.Choice("wmma", params, "exact", "test")
     launcher = runtime.Launcher("gemm", problem, choice, fn, Launch((64, 1, 4), (256, 1, 1), 0), "k", new_scratch)
     stream, capture = ["first"], [False]
-    monkeypatch.setattr("autotune.launcher._stream_key", lambda: stream[0])
-    monkeypatch.setattr("autotune.streams.capturing", lambda: capture[0])
+    monkeypatch.setattr("autotune.serve.launcher._stream_key", lambda: stream[0])
+    monkeypatch.setattr("autotune.measure.streams.capturing", lambda: capture[0])
     launcher(None, None, None)
     launcher(None, None, None)
     stream[0] = "second"
@@ -203,7 +203,7 @@ def test_templates_without_scratch_launch_without_it(monkeypatch):
 
     choice = runtime.Choice("simt", SMALL, "exact", "test")
     launcher = runtime.Launcher("gemm", problem("64x64x64"), choice, fn, Launch((1, 1, 1), (128, 1, 1), 0), "k")
-    monkeypatch.setattr("autotune.launcher._stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
+    monkeypatch.setattr("autotune.serve.launcher._stream_key", lambda: pytest.fail("no scratch, no stream lookup"))
     launcher("a", "b", "c")
     assert len(launched[0]) == 8 and launched[0][:3] == ("a", "b", "c")
 
@@ -213,9 +213,9 @@ def test_host_arrays_get_one_sentence_before_any_gpu_work():
 
     for bad in (np.ones((4, 4), np.float32),):
         with pytest.raises(TypeError, match="NumPy array in host memory"):
-            runtime.gemm(bad, bad)
+            calls.gemm(bad, bad)
     with pytest.raises(TypeError, match="must be a CuPy array"):
-        runtime.gemm([[1.0]], [[1.0]])
+        calls.gemm([[1.0]], [[1.0]])
 
 
 MMA = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, SWIZZLE=True, RASTER=8)
@@ -224,7 +224,7 @@ MMA = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, SWIZZLE=True, RASTER=8
 def test_every_stored_winner_is_what_the_installed_templates_render():
     """The shipped tuned/ entries stay served: each one's source, rendered by today's templates for its own
     problem, is byte-identical to the one it was tuned with (a template edit must not change it)."""
-    from autotune.templates import installed_renders
+    from autotune.build.templates import installed_renders
 
     checked = 0
     for path in sorted(runtime.default_tuned_dir().glob("*/*.json")):
@@ -248,7 +248,7 @@ def test_an_entry_whose_template_changed_is_served_while_its_source_is_unchanged
     text = export(d, tmp_path / "out")[1].read_text()
     assert "tuned with an older template" not in text.splitlines()[0]
     merge(d / H200 / "gemm.json", {}, "float16/NN/4096x4096x4096", {**same, "source_hash": "another"}, force=True)
-    with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+    with caplog.at_level(logging.DEBUG, logger="autotune.serve.runtime"):
         assert choose("gemm", p, H200, "sm_90", d).step == "default"
     assert "installed is" in caplog.text and "renders another source" in caplog.text
     text = export(d, tmp_path / "out2")[1].read_text()
@@ -294,7 +294,7 @@ def test_a_packed_gemm_runs_its_pack_steps_then_the_gemm_on_the_copies(monkeypat
     choice = runtime.Choice("mma", MMA, "exact", "test")
     launcher = runtime.StagedLauncher("gemm", p, choice, Fn("gemm"), launch, "k", new_scratch, steps)
     stream = ["s1"]
-    monkeypatch.setattr("autotune.launcher._stream_key", lambda: stream[0])
+    monkeypatch.setattr("autotune.serve.launcher._stream_key", lambda: stream[0])
     launcher("a", "b", "c", 2.0, 0.5)
     stream[0] = "s2"
     launcher("a", "b", "c")
@@ -353,7 +353,7 @@ def test_a_tma_kernel_gets_the_maps_of_each_calls_operands(monkeypatch):
     choice = runtime.Choice("skinny_wgmma", params, "exact", "test")
     launcher = runtime.Launcher("gemm", prob, choice, lambda g, b, args, shared_mem: launched.append(args),
                                 Launch((1, 32, 4), (256, 1, 1), 0), "k", lambda: scratch)  # fmt: skip
-    monkeypatch.setattr("autotune.launcher._stream_key", lambda: "s")
+    monkeypatch.setattr("autotune.serve.launcher._stream_key", lambda: "s")
     for ptr in (16, 32):
         a, b = SimpleNamespace(data=SimpleNamespace(ptr=ptr + 1)), SimpleNamespace(data=SimpleNamespace(ptr=ptr))
         launcher(a, b, "c")

@@ -1,4 +1,4 @@
-"""The genetic algorithm sampler (autotune/samplers_ga.py): feasible proposals only, generations of distinct
+"""The genetic algorithm sampler (autotune/tune/samplers_ga.py): feasible proposals only, generations of distinct
 children, seed-determinism, and through the search loop on the committed record: every evaluation a distinct
 recorded configuration. The per-family default that makes it conv2d's sampler."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.replay import RecordedEvaluator, Variant, replay_once
-from autotune.samplers import default_sampler, make_sampler
-from autotune.samplers_ga import GeneticSampler
-from autotune.search import SEARCH_PLAN
-from autotune.space import Config, Param, Space
+from autotune.core.space import Config, Param, Space
+from autotune.tune.replay import RecordedEvaluator, Variant, replay_once
+from autotune.tune.samplers import default_sampler, make_sampler
+from autotune.tune.samplers_ga import GeneticSampler
+from autotune.tune.search import SEARCH_PLAN
 
 SPACE = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8)), Param("C", (0, 1)), Param("D", (16, 32, 64))))
 FEASIBLE = [c for c in SPACE.enumerate() if c["A"] * c["B"] <= 16]  # a constraint the sampler is only shown
@@ -80,7 +80,7 @@ def test_bad_settings_are_refused():
 def test_through_the_loop_every_evaluation_is_a_distinct_recorded_configuration():
     """The loop gives the sampler the record's configurations; the sampler's repeats of measured ones are answered
     from the study, so each evaluation is new, and the search does not run dry before its budget."""
-    from autotune.t4 import load_record
+    from autotune.tune.t4 import load_record
 
     record = load_record(H200_RECORD)
     seen: list[str] = []

@@ -13,11 +13,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.compile_pool import CompilePool
-from autotune.evaluate import Settings, Status
-from autotune.search import open_storage, study_name, tune_shape
-from autotune.space import Config
-from autotune.spec import load_spec
+from autotune.build.compile_pool import CompilePool
+from autotune.core.space import Config
+from autotune.measure.evaluate import Settings, Status
+from autotune.tune.search import open_storage, study_name, tune_shape
+from autotune.tune.spec import load_spec
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,8 +269,8 @@ def test_overlapped_and_blocking_evaluators_find_the_same(spec_file, tmp_path):
 
 @pytest.mark.parametrize("sampler", ["tpe", "random", "brute", "gp", "cmaes"])
 def test_every_sampler_searches_without_repeating_itself(sampler, spec_file, tmp_path):
-    from autotune.errors import AutotuneError
-    from autotune.search import make_sampler
+    from autotune.core.errors import AutotuneError
+    from autotune.tune.search import make_sampler
 
     try:
         make_sampler(sampler, 0)

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.compile_pool import CompilePool
-from autotune.search import FINAL_PLAN
-from autotune.session import RunOptions, SessionCache, TuningSession
-from autotune.store import read, tuned_file
-from autotune.tune_workload import FINAL_MINUTES, run_workload
-from autotune.workload import parse_workload
+from autotune.build.compile_pool import CompilePool
+from autotune.results.store import read, tuned_file
+from autotune.tune.search import FINAL_PLAN
+from autotune.tune.session import RunOptions, SessionCache, TuningSession
+from autotune.tune.tune_workload import FINAL_MINUTES, run_workload
+from autotune.tune.workload import parse_workload
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile
 
 GPU = SimpleNamespace(key="test-gpu-sm90", arch="sm_90", name="Test GPU", multiprocessors=132, driver="0", runtime="0",
@@ -94,3 +94,26 @@ def test_a_second_run_resumes_the_studies(tmp_path, workload, capsys):
     assert first.searched and second.searched
     assert not set(first.searched) & set(second.searched)
     assert capsys.readouterr().err.count("final: ") == 4
+
+
+def test_the_feasible_list_checked_in_parts_is_the_same_list():
+    """The session checks a space's parts on its compile processes; the list and its order do not change."""
+    from autotune.kernels import FAMILIES
+    from autotune.measure.evaluate import Settings
+    from autotune.tune.search_state import feasible_configs, feasible_in_parallel
+    from autotune.tune.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm.yaml")
+    problem = FAMILIES["gemm"].problem([1000, 1000, 1000], "float32", "NN")
+    settings = Settings(arch="sm_80", tolerance=1e-4, max_shared_bytes=163 * 1024)
+    serial = feasible_configs(spec, problem, settings)
+    calls = []
+
+    def mapped(fn, parts):
+        calls.append(len(parts))
+        return [fn(p) for p in parts]
+
+    assert feasible_in_parallel(spec, problem, settings, mapped, 4) == serial
+    assert calls and calls[0] >= 32
+    with CompilePool("sm_80", jobs=2) as pool:
+        assert feasible_in_parallel(spec, problem, settings, pool.map, 2) == serial

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import ConstraintError
-from autotune.expr import Expression
+from autotune.core.errors import ConstraintError
+from autotune.core.expr import Expression
+from autotune.core.space import Config, Param, Space, check_names, first_n
 from autotune.kernels.gemm import SIMT_PARAMS
-from autotune.space import Config, Param, Space, check_names, first_n
-from autotune.spec import load_spec
+from autotune.tune.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM_YAML = ROOT / "configs" / "gemm.yaml"
@@ -307,7 +307,7 @@ def test_default_start_from_configs_are_enumerated(gemm_spec, gemm_configs):
 
 
 def test_conditional_spaces_are_sized_exactly_before_constraints():
-    from autotune.expr import Expression
+    from autotune.core.expr import Expression
 
     t = Param("T", ("a", "b"))
     x = Param("X", (1, 2, 3), Expression("T == 'a'"))
@@ -321,7 +321,7 @@ def test_conditional_spaces_are_sized_exactly_before_constraints():
 
 
 def test_nearest_finds_the_closest_feasible_configuration_and_honours_skip():
-    from autotune.space import Nearest
+    from autotune.core.space import Nearest
 
     space = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8))), (Expression("A * B <= 8"),))
     feasible = list(space.enumerate())
@@ -335,7 +335,7 @@ def test_nearest_finds_the_closest_feasible_configuration_and_honours_skip():
 
 
 def test_nearest_counts_a_missing_conditional_parameter_as_far():
-    from autotune.space import Nearest
+    from autotune.core.space import Nearest
 
     space = Space(
         (
@@ -412,3 +412,26 @@ def test_first_feasible_respects_conditions_read_in_declaration_order():
     space = S([P("A", [0, 1]), P("B", [5, 6], when="A == 1")], ["B < 5"])
     assert space.first_feasible() == Config.of({"A": 0})
     assert S([P("A", [1]), P("B", [5, 6], when="A == 1")], ["B < 5"]).first_feasible() is None
+
+
+# --- split: parts that enumerate the space apart, in the same order --------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_parts_of_a_split_enumerate_the_space_in_order(seed):
+    import random
+
+    rng = random.Random(seed)
+    space = _random_space(rng)
+    whole = list(space.enumerate())
+    for parts in (1, 2, 5, 40):
+        split = space.split(parts)
+        assert [c for start in split for c in space.enumerate(start)] == whole, (space, parts)
+        assert len(split) >= min(parts, len(whole)) or split[0][0] == len(space.names)
+
+
+def test_a_split_goes_only_as_deep_as_it_must():
+    space = S([P("A", [1, 2, 3]), P("B", [1, 2]), P("C", [1, 2])], ["A != 2"])
+    assert space.split(1) == [(0, {})]
+    assert space.split(2) == [(1, {"A": 1}), (1, {"A": 3})]  # A = 2 is cut where it is decided
+    assert len(space.split(3)) == 4

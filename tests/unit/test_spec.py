@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from autotune.cli import main
-from autotune.errors import AutotuneError, SpecError
+from autotune.core.errors import AutotuneError, SpecError
 from autotune.kernels.gemm import SIMT_PARAMS
-from autotune.spec import Budget, load_spec, parse_spec
+from autotune.tune.spec import Budget, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMM_YAML = ROOT / "configs" / "gemm.yaml"
@@ -642,7 +642,7 @@ def test_duplicate_keys_are_refused_naming_the_key_and_its_lines(tmp_path, old, 
 def test_a_merge_key_may_be_overridden(tmp_path):
     text = GEMM_TEXT.replace("budget:                   # per shape, whichever comes first\n",
                              "defaults: &d {trials: 5, minutes: 1}\nbudget:\n  <<: *d\n")  # fmt: skip
-    raw = __import__("autotune.safe_yaml", fromlist=["load_yaml"]).load_yaml(text)
+    raw = __import__("autotune.core.safe_yaml", fromlist=["load_yaml"]).load_yaml(text)
     assert raw["budget"] == {"trials": 120, "minutes": 0.75}  # the mapping's own keys win, as YAML says
 
 
@@ -766,7 +766,7 @@ def test_a_conv_problem_counts_the_device_bytes_a_run_holds():
 
 
 def test_load_yaml_reads_every_shipped_config_as_safe_load_does():
-    from autotune.safe_yaml import load_yaml
+    from autotune.core.safe_yaml import load_yaml
 
     files = sorted((ROOT / "configs").glob("*.yaml"))
     assert len(files) >= 5
@@ -776,7 +776,7 @@ def test_load_yaml_reads_every_shipped_config_as_safe_load_does():
 
 @pytest.mark.parametrize("text", ["!!python/object/apply:os.system ['true']", "x: !!python/name:os.system"])
 def test_load_yaml_keeps_safe_load_semantics(text):
-    from autotune.safe_yaml import load_yaml
+    from autotune.core.safe_yaml import load_yaml
 
     with pytest.raises(yaml.constructor.ConstructorError, match="could not determine a constructor"):
         load_yaml(text)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import StoreError
-from autotune.records import SCHEMA
-from autotune.store import entry_key, load, merge, migrate, read, tuned_file
+from autotune.core.errors import StoreError
+from autotune.core.records import SCHEMA
+from autotune.results.store import entry_key, load, merge, migrate, read, tuned_file
 
 HEADER = {"kernel": "gemm", "gpu": {"name": "NVIDIA H200", "arch": "sm_90", "key": "nvidia-h200-sm90"}}
 
@@ -177,7 +177,7 @@ def write_doc(path: Path, entries: dict, schema: int | None = 2) -> None:
 @pytest.mark.parametrize("key", list(BAD_ENTRIES))
 def test_a_bad_entry_is_skipped_with_one_warning_naming_file_and_key(path, key, caplog):
     write_doc(path, {key: BAD_ENTRIES[key], "float32/NN/64x64x64": GOOD})
-    with caplog.at_level(logging.WARNING, logger="autotune.store"):
+    with caplog.at_level(logging.WARNING, logger="autotune.results.store"):
         first = read(path)
         second = read(path)  # read again (as every lookup does): no second warning
     assert list(first["entries"]) == list(second["entries"]) == ["float32/NN/64x64x64"]
@@ -187,7 +187,7 @@ def test_a_bad_entry_is_skipped_with_one_warning_naming_file_and_key(path, key, 
 
 def test_a_merge_keeps_entries_it_cannot_read_and_replaces_a_bad_one_under_its_key(path, caplog):
     write_doc(path, {"float32/NN/1x1x1": "a string", "float32/NN/axbxc": GOOD})
-    with caplog.at_level(logging.WARNING, logger="autotune.store"):
+    with caplog.at_level(logging.WARNING, logger="autotune.results.store"):
         merge(path, HEADER, "float32/NN/1x1x1", entry(1.0))
     stored = json.loads(path.read_text())["entries"]
     assert stored["float32/NN/axbxc"] == GOOD  # another version's entry is not ours to drop
@@ -266,9 +266,9 @@ BIG = dict(BM=128, BN=256, BK=16, WM=64, WN=64, WNITER=4, TM=8, TN=4, VEC=4, PAD
 
 
 def test_the_runtime_lookup_serves_past_bad_entries_and_falls_back_from_an_unreadable_file(tmp_path, caplog):
+    from autotune.build.templates import template_hash
     from autotune.kernels import FAMILIES
-    from autotune.runtime import choose
-    from autotune.templates import template_hash
+    from autotune.serve.runtime import choose
 
     gemm = FAMILIES["gemm"]
     tuned = tmp_path / "tuned"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from autotune.build.templates import template_hash
+from autotune.core.study_key import StudyKey
 from autotune.kernels import FAMILIES
-from autotune.search import study_name
-from autotune.spec import load_spec
-from autotune.study_key import StudyKey
-from autotune.templates import template_hash
+from autotune.tune.search import study_name
+from autotune.tune.spec import load_spec
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = DATA.parent.parent

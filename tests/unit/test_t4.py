@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from autotune.build.compile_pool import CompilePool
 from autotune.cli import main
-from autotune.compile_pool import CompilePool
-from autotune.errors import AutotuneError
-from autotune.evaluate import Settings
-from autotune.search import open_storage, study_name, tune_shape
-from autotune.spec import load_spec
-from autotune.t4 import Validity, from_kt_cache, load_record, study_record, subset, to_kt_cache, to_t4, write_t4
+from autotune.core.errors import AutotuneError
+from autotune.measure.evaluate import Settings
+from autotune.tune.search import open_storage, study_name, tune_shape
+from autotune.tune.spec import load_spec
+from autotune.tune.t4 import Validity, from_kt_cache, load_record, study_record, subset, to_kt_cache, to_t4, write_t4
 from tests.fakes import NAIVE_SPEC, FakeEvaluator, fake_compile, fake_time
 
 KT_DIR = next(

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from autotune import tensormap
+from autotune.core import tensormap
 from autotune.kernels import gemm_skinny_wgmma as wg
 from autotune.kernels.gemm import GEMM
 

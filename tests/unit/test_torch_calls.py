@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autotune import calls, runtime, torch_calls  # noqa: E402
+from autotune.serve import calls, runtime, torch_calls  # noqa: E402
 
 
 class Launcher:

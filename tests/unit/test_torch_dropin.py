@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from autotune import recording
-from autotune.errors import AutotuneError
+from autotune.core.errors import AutotuneError
+from autotune.serve import recording
 from autotune.torch import AutotuneBackend, Fallback, Report, Router, step_of, structural_reason
 
 F16, F32, BF16, F64 = "torch.float16", "torch.float32", "torch.bfloat16", "torch.float64"
@@ -521,7 +521,7 @@ def test_layout_of_real_tensors(torch):
 
 
 def test_the_default_backend_hands_torch_tensors_to_the_runtime(torch, monkeypatch):
-    from autotune import runtime
+    from autotune.serve import calls as serve_calls
 
     calls = []
 
@@ -529,7 +529,7 @@ def test_the_default_backend_hands_torch_tensors_to_the_runtime(torch, monkeypat
         calls.append((b.data_ptr(), b.stride(), alpha, beta))
         out.copy_(alpha * (a @ b) + beta * out)
 
-    monkeypatch.setattr(runtime, "gemm", fake_gemm, raising=False)
+    monkeypatch.setattr(serve_calls, "gemm", fake_gemm)
     backend = AutotuneBackend()
     assert backend.grad_enabled is torch.is_grad_enabled
     rows, w, bias = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
@@ -601,7 +601,7 @@ def test_calls_the_fast_serve_cannot_take_go_the_general_path(torch):
 
 def test_forgetting_the_launchers_rebuilds_the_fast_serve(torch):
     import autotune.torch as at
-    from autotune import runtime
+    from autotune.serve import runtime
 
     backend = CPUBackend()
     model = at.optimize(torch.nn.Linear(16, 8).eval(), backend=backend)

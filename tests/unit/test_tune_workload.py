@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.errors import AutotuneError
-from autotune.tune_workload import FINAL_MINUTES, format_table, plan, run_workload
-from autotune.workload import parse_workload
+from autotune.core.errors import AutotuneError
+from autotune.tune.tune_workload import FINAL_MINUTES, format_table, plan, run_workload
+from autotune.tune.workload import parse_workload
 
 CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1}
 
@@ -40,7 +40,7 @@ def test_plan_picks_a_space_per_problem_and_warm_starts_from_stored_winners():
 
 
 def test_plan_uses_a_stored_winner_that_fits_as_a_start_point():
-    from autotune.spec import load_spec
+    from autotune.tune.spec import load_spec
 
     base = load_spec("configs/gemm.yaml")
     start = base.start_from[0].as_dict() if base.start_from else next(iter(base.space.enumerate())).as_dict()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.compiler import compile_source
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render
 from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels import gemm_wgmma_tf32x3 as wt
 from autotune.kernels.gemm import GEMM
-from autotune.templates import render
 from tests.template_checks import assert_refused_twice
 
 GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)

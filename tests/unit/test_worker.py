@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.compiler import compile_source
-from autotune.errors import AutotuneError
-from autotune.evaluate import Candidate, Settings, finish, render_candidate
+from autotune.build.compiler import compile_source
+from autotune.core.errors import AutotuneError
+from autotune.core.space import Config
 from autotune.kernels import FAMILIES
-from autotune.space import Config
-from autotune.worker import GPUWorker
+from autotune.measure.evaluate import Candidate, Settings, finish, render_candidate
+from autotune.measure.worker import GPUWorker
 from tests.conftest import gpu_reason
 
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from autotune.errors import SpecError
+from autotune.core.errors import SpecError
 from autotune.kernels import FAMILIES
-from autotune.workload import (
+from autotune.tune.workload import (
     SliceResult,
     Task,
     final_rows,

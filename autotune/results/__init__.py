@@ -1,0 +1,1 @@
+"""The tuned/ files: storing verified winners per GPU and shape, and exporting them as C sources."""

@@ -1,0 +1,80 @@
+"""The search's last step: re-verify and re-time the finalists of a shape in this process, longer (the winner
+by time), or the Pareto front of time and energy. autotune.tune.search re-exports these names."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+from typing import Any
+
+from ..build.compile_pool import CompilePool
+from ..measure.energy import pareto_front
+from ..measure.evaluate import Candidate, Settings, TrialResult
+from .search_state import FINAL_PLAN, TEMPLATES, Evaluator, Preparation, _State
+from .spec import Spec
+
+log = logging.getLogger(__name__)
+
+FINAL_TOP_K = 3
+FINAL_ROUNDS = 3  # interleaved re-timings of the finalists; the verdict is each one's median round
+
+
+def _final_best(
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> TrialResult | None:  # fmt: skip
+    """Re-verify and re-time the top few in this process, longer, so the winner is not noise: FINAL_ROUNDS
+    interleaved rounds (a slow stretch of the GPU then lands on every finalist alike), each finalist's verdict its
+    median round. A finalist that fails a round is out."""
+    done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
+    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
+    finalists = []
+    for before in done:
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        finalists.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
+    rounds: list[list[TrialResult] | None] = [[] for _ in finalists]
+    for _ in range(FINAL_ROUNDS):
+        for i, c in enumerate(finalists):
+            seen = rounds[i]
+            if seen is None:
+                continue
+            again = evaluator.measure(c, longer)
+            if again.ok:
+                seen.append(again)
+            else:
+                log.warning("%s passed before but fails now: %s", c.kernel_name, again.reason)
+                rounds[i] = None
+    verdicts = [sorted(rs, key=lambda r: r.median_ms)[len(rs) // 2] for rs in rounds if rs]
+    return min(verdicts, key=lambda r: r.median_ms, default=None)
+
+
+def _measured(r: TrialResult) -> bool:
+    return r.ok and r.energy_j is not None
+
+
+def _final_front(
+    spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
+    prep: Preparation = TEMPLATES,
+) -> tuple[TrialResult, ...]:  # fmt: skip
+    """The time-energy Pareto front of the verified, energy-measured trials, each re-measured (time with the
+    final plan, energy with a new batch); the front of the re-measured points, fastest first."""
+    front = pareto_front((r for _, r in state.seen.values() if _measured(r)), _ms, _joules)
+    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None, energy=True)
+    again = []
+    for before in front:
+        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
+        r = evaluator.measure(prep.finish(c, compiler.result(compiler.submit(c)), longer), longer)
+        if _measured(r):
+            again.append(r)
+        else:
+            log.warning("%s was on the time-energy front but now: %s", before.kernel_name, r.reason or r.energy_note)
+    return tuple(pareto_front(again, _ms, _joules))
+
+
+def _ms(r: TrialResult) -> float:
+    return r.median_ms
+
+
+def _joules(r: TrialResult) -> float:
+    return r.energy_j if r.energy_j is not None else math.inf
