@@ -15,6 +15,7 @@ from autotune.tune.replay import RecordedEvaluator, Variant, replay_once
 from autotune.tune.samplers import default_sampler, make_sampler
 from autotune.tune.samplers_ga import GeneticSampler
 from autotune.tune.search import SEARCH_PLAN
+from autotune.tune.spec import load_spec
 
 SPACE = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8)), Param("C", (0, 1)), Param("D", (16, 32, 64))))
 FEASIBLE = [c for c in SPACE.enumerate() if c["A"] * c["B"] <= 16]  # a constraint the sampler is only shown
@@ -101,3 +102,6 @@ def test_conv2d_defaults_to_the_genetic_algorithm_and_gemm_to_tpe():
     assert default_sampler("conv2d") == "ga" and default_sampler("gemm") == "tpe"
     assert default_sampler("conv2d", ("time", "energy")) == "nsga2"
     assert isinstance(make_sampler("ga", 0), GeneticSampler)
+    root = Path(__file__).parents[2] / "configs"
+    assert {load_spec(p).sampler for p in root.glob("conv*.yaml")} == {"ga"}  # the shipped conv specs use it
+    assert load_spec(root / "gemm.yaml").sampler == "tpe"
