@@ -7,6 +7,8 @@ neighbour whose every parameter is at most one value position away (Kernel Tuner
 that differs in a single parameter, else the nearest. Children may repeat configurations already measured: the
 search loop answers those from the study without measuring them again, so they cost no evaluation; a generation
 is ranked with every child's known time, repeats included. There is no elitism: each generation is children only.
+A generation that measured nothing new has converged; every child of the next one is mutated, so the search moves
+on instead of repeating itself until the loop calls the space exhausted. Settings: see ``POPULATION``.
 
 The loop hands the sampler the space and its feasible configurations (:meth:`GeneticSampler.restrict`) once they
 are known; until then, or for an empty list, it samples uniformly at random. Only the first objective is used.
@@ -110,7 +112,7 @@ class GeneticSampler(optuna.samplers.BaseSampler):
 
     def _breed(self, study: Any) -> list[int]:
         """The next generation from the last one ranked by time: distinct children of rank-drawn parents."""
-        times = _times(study, self._space)
+        times = _times(study)
         ranked = sorted(self._generation, key=lambda r: times.get(self._key(r), math.inf))
         # a generation that measured nothing new has converged: every child of the next one is mutated
         stuck = all(self._key(r) in self._known for r in self._generation)
@@ -162,7 +164,7 @@ class GeneticSampler(optuna.samplers.BaseSampler):
         return Config.of(self._config(row)).key
 
 
-def _times(study: Any, space: Space | None) -> dict[str, float]:
+def _times(study: Any) -> dict[str, float]:
     """Each configuration's best known time in the study (failed, pruned or invalid: inf)."""
     out: dict[str, float] = {}
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
