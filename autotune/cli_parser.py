@@ -76,7 +76,9 @@ def _run_parser(sub: Any) -> None:
         help="workloads: tuning slice the scheduler hands to one problem at a time (default: budget / 3 problems)",
     )  # fmt: skip
     run.add_argument(
-        "--sampler", choices=("tpe", "random", "gp", "cmaes", "brute", "nsga2"), help="override the spec's sampler"
+        "--sampler",
+        choices=("tpe", "random", "gp", "cmaes", "brute", "nsga2", "ga"),
+        help="override the spec's sampler",
     )
     run.add_argument(
         "--energy", action="store_true",

@@ -35,7 +35,7 @@ from .spec import Budget, Spec
 from .t4 import Entry, Record, Validity, timing_of
 
 THRESHOLDS = (0.01, 0.05)
-SAMPLERS = ("tpe", "random", "tpe-independent", "tpe-ordered", "tpe-independent-ordered", "brute")
+SAMPLERS = ("tpe", "random", "tpe-independent", "tpe-ordered", "tpe-independent-ordered", "brute", "ga")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Variant:
     @classmethod
     def named(cls, name: str, startup: int = TPE_STARTUP) -> Variant:
         """The variants behind ``--sampler``: tpe (the loop's default), random, brute, and TPE variants."""
-        if name in ("random", "brute") or (name == "tpe" and startup == TPE_STARTUP):
+        if name in ("random", "brute", "ga") or (name == "tpe" and startup == TPE_STARTUP):
             return cls(name, default=True)
         if name not in SAMPLERS:
             raise AutotuneError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")

@@ -131,6 +131,8 @@ def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: A
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
         state.nearest = Nearest(spec.space, feasible, spec.seed)
+    if callable(getattr(study.sampler, "restrict", None)):  # a sampler that proposes feasible ones only (ga)
+        study.sampler.restrict(spec.space, feasible)
     for t in study.get_trials(deepcopy=False):
         status = t.user_attrs.get("status")
         if (

@@ -17,9 +17,10 @@ from ..core.errors import SpecError, brief
 from ..core.safe_yaml import YamlRefused, load_yaml
 from ..core.space import Config, Space
 from ..kernels import FAMILIES
+from .samplers import default_sampler
 from .spec_params import check_feasible, kind_of, parse_space, parse_start
 
-SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute", "nsga2")
+SAMPLERS = ("tpe", "random", "gp", "cmaes", "brute", "nsga2", "ga")
 OBJECTIVES = ("time", "energy")
 MULTI_OBJECTIVE_SAMPLERS = ("nsga2", "tpe", "random", "brute")  # samplers that take [time, energy]
 TOP_KEYS = {
@@ -114,7 +115,7 @@ def parse_spec(raw: Any, path: str = "<spec>") -> Spec:
 
     objective = _parse_objective(raw.get("objective", "time"), fail)
     budget = _parse_budget(raw.get("budget"), fail)
-    sampler = raw.get("sampler", "nsga2" if isinstance(objective, tuple) else "tpe")
+    sampler = raw.get("sampler", default_sampler(kernel, objective))
     if sampler not in SAMPLERS:
         raise fail("sampler", f"expected one of {', '.join(SAMPLERS)}, got {brief(sampler)}")
     problem = sampler_problem(objective, sampler)

@@ -76,8 +76,8 @@ def task_spec(path: Path, workload: Workload, task: Task, stored: dict[str, Any]
         raise SpecError(str(path), "", "is not a spec")
     raw = {k: v for k, v in raw.items() if k not in ("start_from", "budget")}
     raw.update(dtype=task.problem.dtype, layout=task.problem.layout, shapes=[task.shape], objective="time")
-    if raw.get("sampler") == "nsga2":
-        raw["sampler"] = "tpe"
+    if raw.get("sampler") == "nsga2":  # a time-only task: the family's default sampler instead
+        del raw["sampler"]
     spec = parse_spec(raw, f"{Path(workload.path).with_suffix('')}.yaml")
     if not _computes(spec, task.problem):
         raise SpecError(str(path), "template", f"no template of its space computes {task.name}")

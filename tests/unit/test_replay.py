@@ -195,17 +195,26 @@ def _runs_reaching(at: list[int | None], n: int = 200) -> tuple[Run, ...]:
 
 
 def test_the_benchmark_states_the_goal_of_issue_28_for_the_default_per_record():
+    """Each record is judged by its family's default: TPE for a GEMM record, the genetic algorithm for a conv one."""
     bench = _benchmark()
+    assert bench.default_strategy("gemm.mma.float16.4096x4096x4096.x.nvidia-h200-sm90") == "tpe (default)"
+    assert bench.default_strategy("convolution_A100") == "ga" == bench.default_strategy("conv2d.direct.x")
     summaries = [
         Summary("a", "random", 200, _runs_reaching([60, 90, 120]), 1.0),
-        Summary("a", bench.DEFAULT, 200, _runs_reaching([10, 20, 30]), 1.0),
+        Summary("a", "tpe (default)", 200, _runs_reaching([10, 20, 30]), 1.0),
+        Summary("a", "ga", 200, _runs_reaching([100, 100, 100]), 1.0),
         Summary("a", "Kernel Tuner genetic_algorithm", 200, _runs_reaching([40, 50, None]), 1.0),
         Summary("a", "Kernel Tuner pso", 200, _runs_reaching([5, 15, None]), 1.0),
     ]
     goal = [line for line in bench._verdict(summaries) if "goal" in line]
     assert goal == [
-        "- **a: goal a third of random: 20 <= 30.0: met**",
+        "- **a: goal a third of random (gemm's default, tpe (default)): 20 <= 30.0: met**",
         "- **a: goal no worse than Kernel Tuner's best (Kernel Tuner pso, 15): 20: NOT met**",
+    ]
+    conv = [Summary("conv_x", s.variant, s.budget, s.runs, 1.0) for s in summaries]
+    assert [line for line in bench._verdict(conv) if "goal" in line] == [
+        "- **conv_x: goal a third of random (conv2d's default, ga): 100 <= 30.0: NOT met**",
+        "- **conv_x: goal no worse than Kernel Tuner's best (Kernel Tuner pso, 15): 100: NOT met**",
     ]
 
 
