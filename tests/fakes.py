@@ -111,3 +111,21 @@ def slow_compile(source: str, kernel_name: str, arch: str) -> CompileResult:
     if "bx64" in kernel_name:
         time.sleep(60)
     return fake_compile(source, kernel_name, arch)
+
+
+def replayed_evaluations(record, sampler: str, seed: int, budget: int):
+    """A replay of ``record`` through the search loop with ``sampler``, and the keys of the configurations it
+    measured (search timing, in order): what the loop's duplicate handling and repair let through."""
+    from autotune.tune.replay import RecordedEvaluator, Variant, replay_once
+    from autotune.tune.search import SEARCH_PLAN
+
+    seen: list[str] = []
+
+    class Spy(RecordedEvaluator):
+        def measure(self, c, settings):
+            if settings.timing == SEARCH_PLAN and c.status is None:
+                seen.append(c.candidate.config.key)
+            return super().measure(c, settings)
+
+    run = replay_once(record, Variant.named(sampler), seed=seed, budget=budget, evaluator=Spy(record), stop=False)
+    return run, seen

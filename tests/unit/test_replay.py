@@ -11,9 +11,9 @@ import pytest
 from autotune.cli import main
 from autotune.core.space import Config, Param
 from autotune.measure.evaluate import Status
-from autotune.tune.replay import RecordedEvaluator, Run, Summary, Variant, quantiles, replay, replay_once, trace
-from autotune.tune.search import SEARCH_PLAN
+from autotune.tune.replay import Run, Summary, Variant, quantiles, replay, replay_once, trace
 from autotune.tune.t4 import Entry, Record, Validity, load_record
+from tests.fakes import replayed_evaluations
 
 RECORD = Path(__file__).parents[1] / "data" / "records" / "convolution_A100.subset400.json.gz"
 
@@ -99,15 +99,7 @@ def test_model_based_replays_evaluate_only_recorded_configurations_and_none_twic
     """The loop's rules hold on a record: proposals absent from it are infeasible (repaired), duplicates are
     answered from the study, so every evaluation is a distinct recorded configuration."""
     record = load_record(RECORD)
-    seen: list[str] = []
-
-    class Spy(RecordedEvaluator):
-        def measure(self, c, settings):
-            if settings.timing == SEARCH_PLAN and c.status is None:
-                seen.append(c.candidate.config.key)
-            return super().measure(c, settings)
-
-    run = replay_once(record, Variant.named("tpe"), seed=1, budget=120, evaluator=Spy(record), stop=False)
+    run, seen = replayed_evaluations(record, "tpe", seed=1, budget=120)
     assert len(run.best_ms) == 120
     assert set(seen) <= set(record.by_key) and len(seen) == len(set(seen))
 

@@ -11,11 +11,11 @@ import optuna
 import pytest
 
 from autotune.core.space import Config, Param, Space
-from autotune.tune.replay import RecordedEvaluator, Variant, replay_once
+from autotune.tune.replay import Variant, replay_once
 from autotune.tune.samplers import default_sampler, make_sampler
 from autotune.tune.samplers_ga import GeneticSampler
-from autotune.tune.search import SEARCH_PLAN
 from autotune.tune.spec import load_spec
+from tests.fakes import replayed_evaluations
 
 SPACE = Space((Param("A", (1, 2, 4, 8)), Param("B", (1, 2, 4, 8)), Param("C", (0, 1)), Param("D", (16, 32, 64))))
 FEASIBLE = [c for c in SPACE.enumerate() if c["A"] * c["B"] <= 16]  # a constraint the sampler is only shown
@@ -84,15 +84,7 @@ def test_through_the_loop_every_evaluation_is_a_distinct_recorded_configuration(
     from autotune.tune.t4 import load_record
 
     record = load_record(H200_RECORD)
-    seen: list[str] = []
-
-    class Spy(RecordedEvaluator):
-        def measure(self, c, settings):
-            if settings.timing == SEARCH_PLAN and c.status is None:
-                seen.append(c.candidate.config.key)
-            return super().measure(c, settings)
-
-    run = replay_once(record, Variant.named("ga"), seed=3, budget=150, evaluator=Spy(record), stop=False)
+    run, seen = replayed_evaluations(record, "ga", seed=3, budget=150)
     assert len(run.best_ms) == 150 and len(seen) == len(set(seen)) and set(seen) <= set(record.by_key)
     assert run == replay_once(record, Variant.named("ga"), seed=3, budget=150, stop=False)
     assert run.best_ms != replay_once(record, Variant.named("ga"), seed=4, budget=150, stop=False).best_ms
