@@ -150,6 +150,7 @@ class Report:
 
     layers: tuple[LayerReport, ...]
     skipped: dict[str, str] = field(default_factory=dict)  # module name -> why it is not routed at all
+    fusion: str = ""  # what optimize's graph rewrite did (``torch_fusion.Fusion``), or why it did nothing
 
     def count(self, route: str) -> int:
         return sum(layer.calls.get(route, 0) for layer in self.layers)
@@ -163,6 +164,7 @@ class Report:
         head = f"{len(self.layers)} routed modules: {ours} calls by autotune, {vendor} by the vendor, {torch} fallbacks"
         lines = [head] + [f"  fallback: {n} x {reason}" for reason, n in self.fallbacks.items()]
         lines += [f"  not routed: {name} ({why})" for name, why in self.skipped.items()]
+        lines += [f"  {self.fusion}"] if self.fusion else []
         return "\n".join(lines)
 
 
@@ -181,18 +183,21 @@ class Router:
         self.fast: dict[tuple, tuple[int, Any]] = {}  # key of an AUTOTUNE plan -> (runtime.generation, fast serve)
         self.fast_calls = 0  # calls served by a fast serve (counted apart: the steady state skips the Counter)
         self.built: dict[tuple, int] = {}  # key -> runtime.generation its fast serve was asked for
+        self.finish: Callable[..., Any] | None = getattr(module, "finish", None)  # a fused module's epilogue
 
     def param(self, name: str) -> Any:
         params = self.params
         return params[name] if name in params else getattr(self.module, name)  # e.g. a parametrized weight
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: Any, *rest: Any) -> Any:
+        """The module's forward; ``rest`` are a fused module's further inputs (the residual), which its
+        ``finish`` takes after our kernel."""
         m, backend, w = self.module, self.backend, self.param("weight")
         reason = self.static or (Fallback.TRAINING if m.training else None)
         if reason is None and backend.grad_enabled() and (x.requires_grad or w.requires_grad):
             reason = Fallback.AUTOGRAD
         if reason is not None or not backend.on_device(x):
-            return self._fallback(reason or Fallback.DEVICE, x)
+            return self._fallback(reason or Fallback.DEVICE, x, *rest)
         layout = backend.layout_of(x) if self.by_layout else None
         key = (x.shape, x.dtype, w.dtype, x.device, layout)
         fast = self.fast.get(key)
@@ -200,35 +205,35 @@ class Router:
             try:
                 out = fast[1](x, w, self.param("bias"))
             except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
-                return self._fallback(self._failed(self.plans[key], key, exc), x)
+                return self._fallback(self._failed(self.plans[key], key, exc), x, *rest)
             if out is not None:
                 self.fast_calls += 1
-                return out
+                return out if self.finish is None else self.finish(out, *rest)
         plan = self.plans.get(key)
         if plan is None:
-            plan = self._decide(key, x, layout)
+            plan = self._decide(key, x, layout, rest)
             if plan is None:
-                return self._fallback(Fallback.CAPTURE, x)
+                return self._fallback(Fallback.CAPTURE, x, *rest)
         if plan.route is _AUTOTUNE:
-            out = self._serve(plan, key, x)
+            out = self._serve(plan, key, x, rest)
             if isinstance(out, Fallback):
-                return self._fallback(out, x)
+                return self._fallback(out, x, *rest)
             self.calls[_AUTOTUNE] += 1
             return out
         if plan.route is _VENDOR:
             self.calls[_VENDOR] += 1
             observe = recording.observer()
             if observe is not None:
-                return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x))
-            return self.torch_forward(x)
-        return self._fallback(plan.reason, x)  # type: ignore[arg-type]
+                return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x, *rest))
+            return self.torch_forward(x, *rest)
+        return self._fallback(plan.reason, x, *rest)  # type: ignore[arg-type]
 
-    def _fallback(self, reason: Fallback, x: Any) -> Any:
+    def _fallback(self, reason: Fallback, x: Any, *rest: Any) -> Any:
         self.calls[_TORCH] += 1
         self.fallbacks[reason] += 1
-        return self.torch_forward(x)
+        return self.torch_forward(x, *rest)
 
-    def _decide(self, key: tuple, x: Any, layout: str | None) -> Plan | None:
+    def _decide(self, key: tuple, x: Any, layout: str | None, rest: tuple = ()) -> Plan | None:
         """The plan for a new input signature; None (nothing kept) while a CUDA graph is being captured."""
         if self.backend.capturing():
             return None
@@ -238,13 +243,13 @@ class Router:
             dtypes = (str(key[1]).removeprefix("torch."), str(key[2]).removeprefix("torch."))  # "float16"
             plan = plan_call(self.kind, self.module, tuple(key[0]), dtypes, layout, self.backend, x.device)
             if plan.route is _AUTOTUNE:
-                plan = self._race(plan, key, x)
+                plan = self._race(plan, key, x, rest)
         self.plans[key] = plan
         if plan.route is not _AUTOTUNE:  # the race may have built a fast serve of ours: torch's op won
             self.fast.pop(key, None)
         return plan
 
-    def _race(self, plan: Plan, key: tuple, x: Any) -> Plan:
+    def _race(self, plan: Plan, key: tuple, x: Any, rest: tuple = ()) -> Plan:
         """Our kernel against torch's own op on this input, as the user's torch runs it (its TF32 and cuDNN
         settings): the faster serves from now on, so the drop-in is never slower than the model it replaces.
         A backend without ``race`` (the CPU tests' fakes) keeps the runtime's answer."""
@@ -252,7 +257,7 @@ class Router:
         if race is None or not dispatch.vendor_enabled():  # AUTOTUNE_VENDOR=0: our kernels serve, unraced
             return plan
         self.plans[key] = plan  # _serve may replace it with a torch plan if our kernel fails
-        timed = race(lambda: self._serve(plan, key, x), lambda: self.torch_forward(x), x)
+        timed = race(lambda: self._serve(plan, key, x, rest), lambda: self.torch_forward(x, *rest), x)
         if timed is None or self.plans[key] is not plan:
             return self.plans[key]
         ours_ms, torch_ms = timed
@@ -276,23 +281,24 @@ class Router:
             self.fast[key] = (generation, serve)
         return serve
 
-    def _serve(self, plan: Plan, key: tuple, x: Any) -> Any:
-        """Our kernel's output, or the reason this call cannot be served (a failing kernel's plan becomes one):
-        the fast serve where it takes the call, else the runtime's gemm or conv2d on torch tensors."""
+    def _serve(self, plan: Plan, key: tuple, x: Any, rest: tuple = ()) -> Any:
+        """Our kernel's output (a fused module's ``finish`` applied), or the reason this call cannot be served
+        (a failing kernel's plan becomes one): the fast serve where it takes the call, else the runtime's gemm
+        or conv2d on torch tensors."""
         m, backend = self.module, self.backend
         try:
             fast = self._fast(plan, key, x)
             out = fast(x, self.param("weight"), self.param("bias")) if fast is not None else None
-            if out is not None:
-                return out
-            if self.kind == Kind.LINEAR:
+            if out is None and self.kind == Kind.LINEAR:
                 rows = backend.rows(x, m.in_features)
                 if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
                     return Fallback.INPUT
                 out = backend.linear(rows, self.param("weight"), self.param("bias"), self.fuse_bias)
-                return out.view(*x.shape[:-1], m.out_features)
-            w, b = self.param("weight"), self.param("bias")
-            return backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
+                out = out.view(*x.shape[:-1], m.out_features)
+            elif out is None:
+                w, b = self.param("weight"), self.param("bias")
+                out = backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
+            return out if self.finish is None else self.finish(out, *rest)
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over
             return self._failed(plan, key, exc)
 
@@ -316,22 +322,34 @@ class Router:
         return LayerReport(name, self.kind, calls, fallbacks, plans)
 
 
-def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True) -> Any:
-    """Route ``model``'s ``nn.Linear`` and ``nn.Conv2d`` modules through autotune for inference; returns
-    ``model``, changed in place (:func:`restore` undoes it; calling again re-routes and counts afresh)."""
+def optimize(model: Any, *, backend: Any = None, fuse_bias: bool = True, fuse: bool = True) -> Any:
+    """Route ``model``'s ``nn.Linear`` and ``nn.Conv2d`` modules through autotune for inference; returns the
+    model to run. With ``fuse`` (an eval-mode model that ``torch.fx`` can trace), that is a traced copy with each
+    BatchNorm folded into its convolution and ReLUs (and residual adds before them) fused into the convolution
+    (``autotune.serve.torch_fusion``); the model passed in keeps its own forward. Otherwise ``model`` itself.
+    Routing changes the modules in place (:func:`restore` undoes it; calling again re-routes and counts afresh)."""
     nn = _torch().nn
     backend = backend if backend is not None else AutotuneBackend()
+    fusion = None
+    if fuse:
+        from .serve import torch_fusion
+
+        model, fusion = torch_fusion.fuse(model)
+        fused_type = torch_fusion.FusedConv2d
     skipped: dict[str, str] = {}
     for name, m in model.named_modules():
         kind, base = (Kind.LINEAR, nn.Linear) if isinstance(m, nn.Linear) else (Kind.CONV2D, nn.Conv2d)
         if not isinstance(m, base):
             continue
         lazy = isinstance(m, nn.modules.lazy.LazyModuleMixin)
-        if lazy or type(m).forward is not base.forward:
+        if fusion is not None and type(m) is fused_type:
+            m.__dict__[ATTR] = m.__dict__["forward"] = Router(m, kind, backend, fuse_bias)
+        elif lazy or type(m).forward is not base.forward:
             skipped[name or "(model)"] = "lazy, not made yet" if lazy else f"{type(m).__name__} overrides forward"
         else:
             m.__dict__[ATTR] = m.__dict__["forward"] = Router(m, kind, backend, fuse_bias)
     model.__dict__["_autotune_skipped"] = skipped
+    model.__dict__["_autotune_fusion"] = str(fusion) if fusion is not None else "fuse=False"
     return model
 
 
@@ -341,6 +359,7 @@ def restore(model: Any) -> Any:
         if m.__dict__.pop(ATTR, None) is not None:
             m.__dict__.pop("forward", None)
     model.__dict__.pop("_autotune_skipped", None)
+    model.__dict__.pop("_autotune_fusion", None)
     return model
 
 
@@ -356,4 +375,5 @@ def report(model: Any, *, reset: bool = False) -> Report:
             router.calls.clear()
             router.fallbacks.clear()
             router.fast_calls = 0
-    return Report(tuple(layers), dict(model.__dict__.get("_autotune_skipped", {})))
+    skipped = dict(model.__dict__.get("_autotune_skipped", {}))
+    return Report(tuple(layers), skipped, str(model.__dict__.get("_autotune_fusion", "")))

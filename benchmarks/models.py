@@ -92,7 +92,7 @@ def llama_linears(torch: Any) -> Any:
 _built: dict[tuple, tuple[Any, Any]] = {}  # the last (model, dtype, layout): cases of other sizes reuse it
 
 
-def build(torch: Any, case: Case) -> tuple[Any, Any, Any]:
+def build(torch: Any, case: Case, fuse: bool = True) -> tuple[Any, Any, Any]:
     """(torch's model, a fresh optimized copy, the float64 reference), all on the GPU with the same weights."""
     key = (case.model, case.dtype, case.channels_last)
     if key not in _built:
@@ -111,7 +111,7 @@ def build(torch: Any, case: Case) -> tuple[Any, Any, Any]:
         fmt = torch.channels_last if case.channels_last else torch.contiguous_format
         _built[key] = (base.to(dtype=getattr(torch, case.dtype), memory_format=fmt), ref)
     base, ref = _built[key]
-    return base, at.optimize(copy.deepcopy(base)), ref
+    return base, at.optimize(copy.deepcopy(base), fuse=fuse), ref
 
 
 def make_input(torch: Any, case: Case) -> Any:
@@ -212,11 +212,12 @@ def weights_floor(torch: Any, model: Any, torch_graph_ms: float) -> dict[str, An
 
 
 def layer_inputs(torch: Any, opt: Any, x: Any) -> list[tuple[str, Any, Any]]:
-    """(name, module, a copy of its input) for every routed module, from one forward."""
+    """(name, module, copies of its inputs) for every routed module, from one forward (a fused convolution
+    takes the residual as its second input)."""
     seen: list[tuple[str, Any, Any]] = []
 
     def keep(name: str) -> Any:
-        return lambda module, args: seen.append((name, module, args[0].clone()))
+        return lambda module, args: seen.append((name, module, tuple(a.clone() for a in args)))
 
     hooks = [m.register_forward_pre_hook(keep(name)) for name, m in opt.named_modules() if at.ATTR in m.__dict__]
     try:
@@ -239,10 +240,10 @@ def host_us(torch: Any, fn: Any, bursts: int, burst: int = 50) -> float:
     return statistics.median(times)
 
 
-def time_layer(torch: Any, m: Any, inp: Any, calls: int, reps: int) -> tuple[float, ...]:
-    """GPU us per call of torch's own forward and of the routed call (each ``calls`` times in a CUDA graph),
-    then the host us per eager call of each."""
-    fns = (lambda: type(m).forward(m, inp), lambda: m(inp))
+def time_layer(torch: Any, m: Any, inp: tuple, calls: int, reps: int) -> tuple[float, ...]:
+    """GPU us per call of the module's own forward (torch's ops; a fused convolution's: cuDNN's fused op where
+    faster) and of the routed call (each ``calls`` times in a CUDA graph), then the host us per eager call."""
+    fns = (lambda: type(m).forward(m, *inp), lambda: m(*inp))
     graphs = [capture(torch, fn, calls)[0] for fn in fns]
     gpu = [ms / calls * 1e3 for ms in time_loops(torch, [g.replay for g in graphs], reps, 0.0)]
     del graphs
@@ -256,22 +257,24 @@ def layer_table(torch: Any, opt: Any, x: Any, quick: bool) -> list[dict[str, Any
     rows, timed = [], {}
     calls, reps = (5, 5) if quick else (10, 15)
     for name, m, inp in layer_inputs(torch, opt, x):
-        key = (type(m).__name__, tuple(inp.shape), inp.stride(), tuple(m.weight.shape), str(inp.dtype),
-               getattr(m, "stride", None), getattr(m, "padding", None), m.bias is None)  # fmt: skip
+        key = (type(m).__name__, tuple(inp[0].shape), inp[0].stride(), tuple(m.weight.shape), str(inp[0].dtype),
+               getattr(m, "stride", None), getattr(m, "padding", None), m.bias is None, len(inp),
+               getattr(m, "relu", None))  # fmt: skip
         if key not in timed:
             timed[key] = time_layer(torch, m, inp, calls, reps)
         torch_us, ours_us, torch_host, ours_host = timed[key]
         plan = "; ".join(f"{what} {route} ({why})" for what, route, why in plans.get(name, ()))
-        rows.append({"layer": name, "kind": type(m).__name__, "input": "x".join(map(str, inp.shape)), "plan": plan,
+        rows.append({"layer": name, "kind": type(m).__name__, "input": "x".join(map(str, inp[0].shape)), "plan": plan,
                      "torch_us": torch_us, "ours_us": ours_us, "speedup": torch_us / ours_us,
                      "torch_host_us": torch_host, "ours_host_us": ours_host})  # fmt: skip
     return rows
 
 
-def run_case(torch: Any, case: Case, quick: bool) -> dict[str, Any]:
-    row: dict[str, Any] = {"case": case.name, "model": case.model, "dtype": case.dtype, "batch": case.batch,
+def run_case(torch: Any, case: Case, quick: bool, fuse: bool = True) -> dict[str, Any]:
+    row: dict[str, Any] = {"case": case.name + ("" if fuse else "+unfused"), "model": case.model,
+                           "dtype": case.dtype, "batch": case.batch,
                            "layout": "channels_last" if case.channels_last else "contiguous"}  # fmt: skip
-    base, opt, ref = build(torch, case)
+    base, opt, ref = build(torch, case, fuse)
     x64 = make_input(torch, case)
     fmt = torch.channels_last if case.channels_last else torch.contiguous_format
     x = x64.to(dtype=getattr(torch, case.dtype), memory_format=fmt)
@@ -287,6 +290,7 @@ def run_case(torch: Any, case: Case, quick: bool) -> dict[str, Any]:
         rep = at.report(opt, reset=True)
         row.update({f"calls_{r}": rep.count(r) for r in ("autotune", "vendor", "torch")})
         row["fallbacks"] = rep.fallbacks
+        row["fusion"] = rep.fusion
         row.update(measure_models(torch, {"torch": base, "ours": opt}, x, want, top1, quick))
         row["eager_speedup"] = row["torch_eager_ms"] / row["ours_eager_ms"]
         row["graph_speedup"] = row["torch_graph_ms"] / row["ours_graph_ms"]
@@ -355,7 +359,7 @@ def merged(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept = [{"date": earlier.get("date"), "autotune_rev": earlier.get("versions", {}).get("autotune_rev"), **r}
             for r in earlier.get("cases", []) if r.get("case") not in now]  # fmt: skip
     order = {c.name: i for i, c in enumerate(cases())}
-    return sorted(rows + kept, key=lambda r: order.get(r["case"], len(order)))
+    return sorted(rows + kept, key=lambda r: (order.get(r["case"].split("+")[0], len(order)), r["case"]))
 
 
 def write(out: Path, meta: dict[str, Any], rows: list[dict[str, Any]], fresh: bool = False) -> Path:
@@ -411,6 +415,9 @@ def main() -> int:
                     help="write only this run's cases (default: keep the other cases of the results file, each with "
                     "its own date and revision)")  # fmt: skip
     ap.add_argument("--no-cudnn-benchmark", action="store_true", help="leave cuDNN's benchmark mode off")
+    ap.add_argument("--no-fuse", action="store_true",
+                    help="optimize(model, fuse=False): no BatchNorm folding, ReLU fusion or Linear merging (the "
+                    "cases are written as CASE+unfused)")  # fmt: skip
     args = ap.parse_args()
     try:
         import torch
@@ -430,7 +437,8 @@ def main() -> int:
     for case in chosen:
         t0 = time.perf_counter()
         try:
-            row = record_case(torch, case, args.record) if args.record else run_case(torch, case, args.quick)
+            row = (record_case(torch, case, args.record) if args.record
+                   else run_case(torch, case, args.quick, not args.no_fuse))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the others still run
             row = {"case": case.name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         row["wall_s"] = time.perf_counter() - t0

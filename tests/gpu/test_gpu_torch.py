@@ -175,3 +175,40 @@ def test_the_steady_state_follows_the_callers_stream(torch, serving):
         side.synchronize()
         want = layer(src).double()
     assert rel(torch, y, want) < TOLERANCE["float16"]
+
+
+@pytest.mark.parametrize("dtype, channels_last", [("float32", False), ("float16", True), ("float16", False)])
+def test_a_fused_resnet_model_matches_torch_and_replays_in_a_cuda_graph(torch, serving, dtype, channels_last):
+    """BatchNorms folded, ReLUs and residual adds fused (autotune.serve.torch_fusion): our kernels with the
+    epilogue after them, or cuDNN's fused convolution, agree with torch's unfused model against float64."""
+    import autotune.torch as at
+    from tests.unit.test_torch_fusion import net
+
+    base = net().cuda()
+    ref = copy.deepcopy(base).double()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    base = base.to(dtype=getattr(torch, dtype), memory_format=fmt)
+    opt = at.optimize(copy.deepcopy(base))
+    assert "8 BatchNorm folded, 5 conv+ReLU and 2 conv+add+ReLU" in at.report(opt).fusion
+    static_x = torch.randn(4, 3, 24, 24, device="cuda", dtype=getattr(torch, dtype)).to(memory_format=fmt)
+    with torch.inference_mode():
+        for _ in range(3):  # plans decided, races run, outside the capture
+            opt(static_x)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = opt(static_x)
+        for seed in range(2):
+            torch.manual_seed(seed)
+            static_x.copy_(torch.randn_like(static_x))
+            graph.replay()
+            want, theirs = ref(static_x.double()), base(static_x)
+            torch.cuda.synchronize()
+            err, torch_err = rel(torch, static_y, want), rel(torch, theirs, want)
+            assert err < max(TOLERANCE[dtype], 2 * torch_err), (seed, err, torch_err)
+    rep = at.report(opt)  # 8 convolutions and the Linear, 3 forwards and the captured one
+    assert sum(rep.count(route) for route in ("autotune", "vendor", "torch")) == 9 * 4, rep
+    fallbacks = dict(rep.fallbacks)
+    if serving == "ours":  # problems no template of ours computes (the fp32 Linear's NT) go to torch
+        fallbacks.pop(at.Fallback.RUNTIME.value, None)
+        assert rep.count("autotune") > 0, rep
+    assert fallbacks == {}, rep

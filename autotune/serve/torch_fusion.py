@@ -1,0 +1,369 @@
+"""Inference rewrites of a model's graph for the torch drop-in (``autotune.torch.optimize(model, fuse=True)``).
+
+The model is traced with ``torch.fx``; in the traced copy
+
+- each ``BatchNorm2d`` in eval mode that is the only user of a ``Conv2d``'s output is folded into that
+  convolution's weight and bias (computed in float64, stored in the convolution's dtype);
+- a ReLU after a convolution, or after the sum of a convolution and another tensor (a residual), becomes part
+  of the convolution: one :class:`FusedConv2d` module computes ``relu(conv(x) + bias [+ z])``.
+
+A ``FusedConv2d`` is routed like any ``nn.Conv2d``: our kernel computes the convolution and ``finish`` adds the
+residual and applies the ReLU in place; its own ``forward`` (the vendor route) runs cuDNN's fused
+convolution-bias-add-ReLU (``torch.cudnn_convolution_add_relu``) where that is faster than torch's separate ops
+on the input it sees (raced once per input signature, like the drop-in's own race), else the separate ops. The
+model passed in is not changed by the rewrite: folded convolutions are new modules, the others are shared.
+A model that ``torch.fx`` cannot trace is served unfused; the reason is kept in the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+log = logging.getLogger(__name__)
+
+RELU_FUNCTIONS = (torch.relu, torch.relu_, nn.functional.relu)
+# ops that take a column slice of a merged Linear's output (a strided view) as they take a dense tensor
+STRIDED_OK_FUNCTIONS = (operator.add, operator.mul, operator.sub, torch.add, torch.mul, torch.sub, torch.cat,
+                        torch.sigmoid, torch.tanh, torch.relu, nn.functional.relu, nn.functional.silu,
+                        nn.functional.gelu)  # fmt: skip
+STRIDED_OK_METHODS = ("add", "mul", "sub", "sigmoid", "tanh", "relu", "float", "to", "contiguous")
+RELU_METHODS = ("relu", "relu_")
+ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
+ADD_METHODS = ("add", "add_")
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """What the rewrite did to a model: BatchNorms folded, convolutions given a ReLU (``relu``) or a residual
+    add and a ReLU (``add_relu``); ``skipped`` says why nothing was rewritten ("" when something was, or when
+    there was nothing to rewrite)."""
+
+    folded_bn: int = 0
+    relu: int = 0
+    add_relu: int = 0
+    merged_linear: int = 0  # Linears merged into another that reads the same input
+    skipped: str = ""
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return f"graph not rewritten: {self.skipped}"
+        if not (self.folded_bn or self.relu or self.add_relu or self.merged_linear):
+            return "graph not rewritten: nothing to fold, fuse or merge"
+        return (f"{self.folded_bn} BatchNorm folded, {self.relu} conv+ReLU and {self.add_relu} conv+add+ReLU fused, "
+                f"{self.merged_linear} Linear merged into one reading the same input")  # fmt: skip
+
+
+class FusedConv2d(nn.Conv2d):
+    """``relu(conv2d(x, weight, bias) + z)`` (``residual``) or ``relu(conv2d(x, weight, bias))`` (``relu``) or
+    ``conv2d(x, weight, bias)``, for inference; made by :func:`fuse`."""
+
+    def __init__(self, *args: Any, relu: bool = False, residual: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.relu, self.residual = relu, residual
+        self._vendor: dict[tuple, Any] = {}  # input signature -> the faster of the fused and the separate ops
+
+    @classmethod
+    def like(cls, conv: nn.Conv2d, weight: Any = None, bias: Any = None) -> FusedConv2d:
+        """A new module with ``conv``'s hyper-parameters; its weight and bias are ``conv``'s own Parameters
+        (shared, not copied) unless new tensors are given."""
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                  conv.groups, bias=True, padding_mode=conv.padding_mode, device="meta")  # fmt: skip
+        if isinstance(conv, FusedConv2d):
+            new.relu, new.residual = conv.relu, conv.residual
+        new.weight = conv.weight if weight is None else nn.Parameter(weight, requires_grad=False)
+        new.bias = conv.bias if bias is None else nn.Parameter(bias, requires_grad=False)
+        return new.train(conv.training)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", residual" if self.residual else "") + (", relu" if self.relu else "")
+
+    def finish(self, out: Any, z: Any = None) -> Any:
+        """The epilogue after the convolution and its bias: ``+ z`` and the ReLU, in place on ``out``."""
+        if self.residual:
+            out = out.add_(z) if z.shape == out.shape else out + z
+        return out.relu_() if self.relu else out
+
+    def separate(self, x: Any, z: Any = None) -> Any:
+        """torch's separate ops: the convolution with its bias, then :meth:`finish`."""
+        return self.finish(self._conv_forward(x, self.weight, self.bias), z)
+
+    def fused(self, x: Any, z: Any = None) -> Any:
+        """cuDNN's fused convolution, bias, add and ReLU (``relu`` is required)."""
+        args = (self.bias, list(self.stride), list(self.padding), list(self.dilation), self.groups)
+        if self.residual:
+            return torch.cudnn_convolution_add_relu(x, self.weight, z, 1.0, *args)
+        return torch.cudnn_convolution_relu(x, self.weight, *args)
+
+    def forward(self, x: Any, z: Any = None) -> Any:
+        if self.training:
+            raise RuntimeError(
+                "autotune.torch: this convolution has a BatchNorm folded into it for inference; train the model "
+                "from before autotune.torch.optimize (or optimize with fuse=False)"
+            )
+        if (self.residual and z is None) or not self.relu or not x.is_cuda:
+            return self.separate(x, z)
+        key = (x.shape, x.dtype, x.stride(), x.device, None if z is None else (z.shape, z.stride(), z.dtype))
+        how = self._vendor.get(key)
+        if how is None:
+            how = self._choose(key, x, z)
+        return how(x, z)
+
+    def _choose(self, key: tuple, x: Any, z: Any) -> Any:
+        """The faster of :meth:`fused` and :meth:`separate` on this input (separate while a CUDA graph is
+        captured, or where cuDNN's fused op fails or disagrees)."""
+        from .torch_backend import AutotuneBackend
+
+        if AutotuneBackend.capturing() or self.padding_mode != "zeros" or (z is not None and z.shape != key[0]):
+            return self.separate
+        try:
+            want, got = self.separate(x, z), self.fused(x, z)
+            ok = got.shape == want.shape and bool((got - want).float().norm() <= 1e-2 * want.float().norm())
+        except Exception as exc:  # noqa: BLE001 - the fused op is an optimisation: torch's own ops remain
+            log.debug("autotune.torch: cuDNN's fused convolution failed: %s", exc)
+            ok = False
+        how = self.separate
+        if ok:
+            timed = AutotuneBackend.race(lambda: self.fused(x, z), lambda: self.separate(x, z), x)
+            how = self.fused if timed is not None and timed[0] < timed[1] else self.separate
+        self._vendor[key] = how
+        return how
+
+
+def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> FusedConv2d:
+    """``conv`` followed by ``bn`` (eval mode, running statistics) as one convolution with a bias."""
+    with torch.no_grad():
+        w = conv.weight.detach().double()
+        b = conv.bias.detach().double() if conv.bias is not None else torch.zeros(w.shape[0], dtype=w.dtype,
+                                                                                  device=w.device)  # fmt: skip
+        scale = torch.rsqrt(bn.running_var.double() + bn.eps)
+        if bn.weight is not None:
+            scale = scale * bn.weight.detach().double()
+        shift = -bn.running_mean.double() * scale + (bn.bias.detach().double() if bn.bias is not None else 0.0)
+        weight = (w * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
+        weight = weight.contiguous(memory_format=_format_of(conv.weight))
+        bias = (b * scale + shift).to(conv.weight.dtype)
+    return FusedConv2d.like(conv, weight, bias)
+
+
+def _format_of(t: Any) -> Any:
+    cl = t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+    return torch.channels_last if cl else torch.contiguous_format
+
+
+def fuse(model: Any) -> tuple[Any, Fusion]:
+    """The model with its BatchNorms folded and ReLUs fused (a ``torch.fx.GraphModule``), or ``model`` itself
+    when there is nothing to rewrite or it cannot be traced; and what was done."""
+    if model.training:
+        return model, Fusion(skipped="the model is in training mode (fusion is for inference: call .eval())")
+    try:
+        gm = fx.GraphModule(model, _Tracer().trace(model), type(model).__name__)
+    except Exception as exc:  # noqa: BLE001 - any model must still be served: unfused
+        reason = f"torch.fx cannot trace it ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        log.info("autotune.torch: %s", reason)
+        return model, Fusion(skipped=reason)
+    rewrite = _Rewrite(gm)
+    folded = rewrite.fold_batchnorms()
+    add_relu = rewrite.fuse_add_relus()  # before the plain ReLUs: relu(conv + z) is no ReLU of a convolution
+    relu = rewrite.fuse_relus()
+    merged = rewrite.merge_linears()
+    if not (folded or relu or add_relu or merged):
+        return model, Fusion()
+    gm.graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    return gm, Fusion(folded, relu, add_relu, merged)
+
+
+def _is_add(node: Any) -> bool:
+    """A plain two-tensor sum (no alpha, no out=)."""
+    if not isinstance(node, fx.Node) or len(node.args) != 2 or node.kwargs:
+        return False
+    if node.op == "call_function":
+        return node.target in ADD_FUNCTIONS
+    return node.op == "call_method" and node.target in ADD_METHODS
+
+
+class _Tracer(fx.Tracer):
+    """torch.fx's tracer, keeping every Linear, Conv2d and BatchNorm2d (subclasses too) a module call: the
+    drop-in routes modules, so a user's subclass must not be traced into its functional ops."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, (nn.Linear, nn.Conv2d, nn.BatchNorm2d)) or super().is_leaf_module(m, qualname)
+
+
+class _Rewrite:
+    """The passes over one traced graph; each returns how many patterns it rewrote."""
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm, self.graph, self.count = gm, gm.graph, 0
+        self.modules = dict(gm.named_modules())
+        self.calls = Counter(node.target for node in gm.graph.nodes if node.op == "call_module")
+
+    def conv_of(self, node: Any, fused_ok: bool = True) -> nn.Conv2d | None:
+        """The convolution module ``node`` calls, if its output has no other user."""
+        if not isinstance(node, fx.Node) or node.op != "call_module" or len(node.users) != 1:
+            return None
+        m = self.modules.get(node.target)
+        if type(m) is FusedConv2d:
+            return m if fused_ok and not m.relu and not m.residual else None
+        return m if isinstance(m, nn.Conv2d) and type(m).forward is nn.Conv2d.forward else None
+
+    def install(self, target: str, module: nn.Module) -> str:
+        """``module`` in the traced model at ``target``'s path, where no module is or the module it replaces is
+        called only there (the traced model's containers are its own: the model passed in keeps its modules),
+        else under a new name; the name."""
+        if self.calls[target] > 1 or (self.calls[target] == 0 and target in self.modules):
+            self.count += 1
+            target = f"autotune_fused_{self.count}"
+        self.calls[target] = 1
+        self.gm.add_submodule(target, module)
+        self.modules[target] = module
+        return target
+
+    def place(self, node: Any, module: nn.Module) -> None:
+        """Make ``node`` call ``module``."""
+        node.target = self.install(node.target, module)
+
+    def relu_input(self, node: Any) -> Any:
+        """The tensor a ReLU node takes (None if ``node`` is no ReLU)."""
+        if node.op == "call_module":
+            return node.args[0] if isinstance(self.modules.get(node.target), nn.ReLU) and len(node.args) == 1 else None
+        if node.op == "call_function" and node.target in RELU_FUNCTIONS and len(node.args) == 1:
+            return node.args[0]
+        if node.op == "call_method" and node.target in RELU_METHODS and len(node.args) == 1 and not node.kwargs:
+            return node.args[0]
+        return None
+
+    def fold_batchnorms(self) -> int:
+        done = 0
+        for node in list(self.graph.nodes):
+            bn = self.modules.get(node.target) if node.op == "call_module" else None
+            if type(bn) is not nn.BatchNorm2d or bn.training or bn.running_mean is None or len(node.args) != 1:
+                continue
+            conv_node = node.args[0]
+            conv = self.conv_of(conv_node, fused_ok=False)
+            if conv is None or conv.training:
+                continue
+            self.place(conv_node, fold_batchnorm(conv, bn))
+            node.replace_all_uses_with(conv_node)
+            self.graph.erase_node(node)
+            done += 1
+        return done
+
+    def fuse_add_relus(self) -> int:
+        """relu(conv(x) + z) -> FusedConv2d(residual, relu)(x, z), placed where the add was (z may be computed
+        after the convolution)."""
+        done = 0
+        for node in list(self.graph.nodes):
+            add = self.relu_input(node)
+            if not (_is_add(add) and len(add.users) == 1):
+                continue
+            for conv_node, z in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
+                conv = self.conv_of(conv_node)
+                if conv is None or not isinstance(z, fx.Node) or z is conv_node:
+                    continue  # (z cannot depend on the convolution: the add is its only user)
+                fused = FusedConv2d.like(conv)
+                fused.relu = fused.residual = True
+                name = self.install(conv_node.target, fused)
+                with self.graph.inserting_before(add):
+                    new = self.graph.call_module(name, (conv_node.args[0], z))
+                node.replace_all_uses_with(new)
+                self.graph.erase_node(node)
+                self.graph.erase_node(add)
+                self.graph.erase_node(conv_node)
+                done += 1
+                break
+        return done
+
+    def fuse_relus(self) -> int:
+        done = 0
+        for node in list(self.graph.nodes):
+            conv_node = self.relu_input(node)
+            conv = self.conv_of(conv_node)
+            if conv is None or len(conv_node.args) != 1 or conv_node.kwargs:
+                continue
+            fused = FusedConv2d.like(conv)
+            fused.relu = True
+            self.place(conv_node, fused)
+            node.replace_all_uses_with(conv_node)
+            self.graph.erase_node(node)
+            done += 1
+        return done
+
+    # --- Linears that read the same input ----------------------------------------------------------------------
+
+    def mergeable(self, node: Any) -> tuple | None:
+        """What a Linear call must share with others to be merged with them (None: it cannot be): its input
+        node, in_features, dtype, device and whether it has a bias. Its output's every user must take a column
+        slice (a strided view) as it takes a dense tensor."""
+        m = self.modules.get(node.target) if node.op == "call_module" else None
+        if not (isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward and self.calls[node.target] == 1):
+            return None
+        if len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], fx.Node) or m.training:
+            return None
+        if type(m._parameters.get("weight")) is not nn.Parameter or (
+            m.bias is not None and "bias" not in m._parameters
+        ):
+            return None  # a parametrized weight: not re-pointable
+        if not all(self.strided_ok(user) for user in node.users):
+            return None
+        return node.args[0], m.in_features, m.weight.dtype, m.weight.device, m.bias is not None
+
+    def strided_ok(self, user: Any) -> bool:
+        if user.op == "call_module":
+            m = self.modules.get(user.target)
+            return isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward  # routed; torch takes strides
+        if user.op == "call_function":
+            return user.target in STRIDED_OK_FUNCTIONS
+        return user.op == "call_method" and user.target in STRIDED_OK_METHODS
+
+    def merge_linears(self) -> int:
+        """Linears that read the same tensor become one Linear, its weight their weights concatenated (the
+        originals' weights become views of it: no memory is added), its output sliced back by columns: one
+        launch reads all the weights. Returns how many Linears were merged into another."""
+        groups: dict[tuple, list[Any]] = {}
+        for node in self.graph.nodes:
+            if (key := self.mergeable(node)) is not None:
+                groups.setdefault(key, []).append(node)
+        merged = 0
+        for nodes in groups.values():
+            if len(nodes) > 1:
+                self._merge(nodes)
+                merged += len(nodes) - 1
+        return merged
+
+    def _merge(self, nodes: list[Any]) -> None:
+        mods = [self.modules[n.target] for n in nodes]
+        with torch.no_grad():
+            weight = torch.cat([m.weight for m in mods])
+            bias = torch.cat([m.bias for m in mods]) if mods[0].bias is not None else None
+        merged = nn.Linear(mods[0].in_features, weight.shape[0], bias=bias is not None, device="meta").eval()
+        merged.weight = nn.Parameter(weight, requires_grad=False)
+        if bias is not None:
+            merged.bias = nn.Parameter(bias, requires_grad=False)
+        start = 0
+        for m in mods:  # the originals read the merged storage from now on: same values, no second copy
+            rows = slice(start, start + m.out_features)
+            m.weight.data = weight[rows]
+            if bias is not None:
+                m.bias.data = bias[rows]
+            start += m.out_features
+        parent, _, _ = nodes[0].target.rpartition(".")
+        name = "_".join(n.target.rpartition(".")[2] for n in nodes)
+        name = self.install(f"{parent}.{name}" if parent else name, merged)
+        with self.graph.inserting_before(nodes[0]):
+            out = self.graph.call_module(name, (nodes[0].args[0],))
+            pieces, start = [], 0
+            for m in mods:
+                pieces.append(self.graph.call_function(torch.narrow, (out, -1, start, m.out_features)))
+                start += m.out_features
+        for node, piece in zip(nodes, pieces, strict=True):
+            node.replace_all_uses_with(piece)
+            self.graph.erase_node(node)
