@@ -121,6 +121,15 @@ def test_every_stage_is_a_folder_and_only_the_entry_points_stay_at_the_top():
             assert stage_of(module) == stage_of(folder), f"{_shown(module)} sits outside its stage's folder"
 
 
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists the packages a (non-editable) install copies: every folder of autotune/."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(("autotune", *p.parent.relative_to(PACKAGE).parts)) for p in PACKAGE.rglob("__init__.py")}
+    assert folders - listed == set(), "pyproject.toml's packages lack these folders: a pip install would miss them"
+
+
 def _upward_imports() -> list[tuple[str, str]]:
     return [
         (m, dep)
