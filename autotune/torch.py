@@ -183,11 +183,16 @@ class Router:
         self.fast: dict[tuple, tuple[int, Any]] = {}  # key of an AUTOTUNE plan -> (runtime.generation, fast serve)
         self.fast_calls = 0  # calls served by a fast serve (counted apart: the steady state skips the Counter)
         self.built: dict[tuple, int] = {}  # key -> runtime.generation its fast serve was asked for
-        self.finish: Callable[..., Any] | None = getattr(module, "finish", None)  # a fused module's epilogue
+        # a fused module's epilogue (bias, residual, ReLU): our kernel then computes the convolution without the bias
+        self.finish: Callable[..., Any] | None = getattr(module, "finish", None)
 
     def param(self, name: str) -> Any:
         params = self.params
         return params[name] if name in params else getattr(self.module, name)  # e.g. a parametrized weight
+
+    def kernel_bias(self) -> Any:
+        """The bias our kernel adds: none where the module's ``finish`` adds it."""
+        return None if self.finish is not None else self.param("bias")
 
     def __call__(self, x: Any, *rest: Any) -> Any:
         """The module's forward; ``rest`` are a fused module's further inputs (the residual), which its
@@ -203,7 +208,7 @@ class Router:
         fast = self.fast.get(key)
         if fast is not None and fast[0] == runtime.generation:  # the steady state: served by our kernel
             try:
-                out = fast[1](x, w, self.param("bias"))
+                out = fast[1](x, w, self.kernel_bias())
             except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
                 return self._fallback(self._failed(self.plans[key], key, exc), x, *rest)
             if out is not None:
@@ -288,15 +293,15 @@ class Router:
         m, backend = self.module, self.backend
         try:
             fast = self._fast(plan, key, x)
-            out = fast(x, self.param("weight"), self.param("bias")) if fast is not None else None
+            out = fast(x, self.param("weight"), self.kernel_bias()) if fast is not None else None
             if out is None and self.kind == Kind.LINEAR:
                 rows = backend.rows(x, m.in_features)
                 if rows is None:  # not viewable as [M, in] rows (a strided input): torch serves this call
                     return Fallback.INPUT
-                out = backend.linear(rows, self.param("weight"), self.param("bias"), self.fuse_bias)
+                out = backend.linear(rows, self.param("weight"), self.kernel_bias(), self.fuse_bias)
                 out = out.view(*x.shape[:-1], m.out_features)
             elif out is None:
-                w, b = self.param("weight"), self.param("bias")
+                w, b = self.param("weight"), self.kernel_bias()
                 out = backend.conv2d(x, w, b, m.stride[0], m.padding[0], key[4], self.weight_cache)
             return out if self.finish is None else self.finish(out, *rest)
         except Exception as exc:  # noqa: BLE001 - a kernel that fails is never served again; torch takes over

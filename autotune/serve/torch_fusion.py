@@ -7,10 +7,11 @@ The model is traced with ``torch.fx``; in the traced copy
 - a ReLU after a convolution, or after the sum of a convolution and another tensor (a residual), becomes part
   of the convolution: one :class:`FusedConv2d` module computes ``relu(conv(x) + bias [+ z])``.
 
-A ``FusedConv2d`` is routed like any ``nn.Conv2d``: our kernel computes the convolution and ``finish`` adds the
-residual and applies the ReLU in place; its own ``forward`` (the vendor route) runs cuDNN's fused
-convolution-bias-add-ReLU (``torch.cudnn_convolution_add_relu``) where that is faster than torch's separate ops
-on the input it sees (raced once per input signature, like the drop-in's own race), else the separate ops. The
+A ``FusedConv2d`` is routed like any ``nn.Conv2d``: our kernel computes the convolution without the bias and
+``finish`` adds the bias and the residual and applies the ReLU in place, one kernel on the GPU
+(``autotune.serve.epilogue``); its own ``forward`` (the vendor route) runs cuDNN's fused
+convolution-bias-add-ReLU (``torch.cudnn_convolution_add_relu``) where that is faster than cuDNN's convolution
+followed by ``finish`` on the input it sees (raced once per input signature, like the drop-in's own race). The
 model passed in is not changed by the rewrite: folded convolutions are new modules, the others are shared.
 A model that ``torch.fx`` cannot trace is served unfused; the reason is kept in the report.
 """
@@ -27,6 +28,7 @@ import torch
 from torch import fx, nn
 
 log = logging.getLogger(__name__)
+_epilogue_broken = False  # the epilogue kernel failed once (no compiler, say): torch's ops take over
 
 RELU_FUNCTIONS = (torch.relu, torch.relu_, nn.functional.relu)
 # ops that take a column slice of a merged Linear's output (a strided view) as they take a dense tensor
@@ -85,14 +87,31 @@ class FusedConv2d(nn.Conv2d):
         return super().extra_repr() + (", residual" if self.residual else "") + (", relu" if self.relu else "")
 
     def finish(self, out: Any, z: Any = None) -> Any:
-        """The epilogue after the convolution and its bias: ``+ z`` and the ReLU, in place on ``out``."""
-        if self.residual:
+        """The epilogue after the convolution computed without its bias: ``+ bias``, ``+ z`` and the ReLU, in
+        place on ``out``; on the GPU one kernel (``autotune.serve.epilogue``) where it takes the tensors, else
+        torch's ops."""
+        global _epilogue_broken
+        z = z if self.residual else None
+        if out.is_cuda and not _epilogue_broken and out.dim() == 4:
+            nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
+            if nhwc or out.is_contiguous():
+                try:
+                    from . import epilogue
+
+                    if epilogue.apply(out, self.bias, z, self.relu, nhwc):
+                        return out
+                except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on
+                    log.warning("autotune.torch: the convolution epilogue kernel failed, torch's ops run it: %s", exc)
+                    _epilogue_broken = True
+        if self.bias is not None:
+            out = out.add_(self.bias.view(1, -1, 1, 1))
+        if z is not None:
             out = out.add_(z) if z.shape == out.shape else out + z
         return out.relu_() if self.relu else out
 
     def separate(self, x: Any, z: Any = None) -> Any:
-        """torch's separate ops: the convolution with its bias, then :meth:`finish`."""
-        return self.finish(self._conv_forward(x, self.weight, self.bias), z)
+        """torch's convolution without the bias, then :meth:`finish`."""
+        return self.finish(self._conv_forward(x, self.weight, None), z)
 
     def fused(self, x: Any, z: Any = None) -> Any:
         """cuDNN's fused convolution, bias, add and ReLU (``relu`` is required)."""

@@ -212,3 +212,32 @@ def test_a_fused_resnet_model_matches_torch_and_replays_in_a_cuda_graph(torch, s
         fallbacks.pop(at.Fallback.RUNTIME.value, None)
         assert rep.count("autotune") > 0, rep
     assert fallbacks == {}, rep
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("terms", ["bias", "bias+relu", "bias+z+relu", "z"])
+def test_the_epilogue_kernel_matches_torchs_ops(torch, dtype, channels_last, terms):
+    from autotune.serve import epilogue
+
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    dt = getattr(torch, dtype)
+    y = torch.randn(3, 37, 9, 11, device="cuda", dtype=dt).to(memory_format=fmt)
+    bias = torch.randn(37, device="cuda", dtype=dt) if "bias" in terms else None
+    z = torch.randn_like(y) if "z" in terms else None
+    want = y.float() + (bias.float().view(1, -1, 1, 1) if bias is not None else 0) + (z.float() if z is not None else 0)
+    if "relu" in terms:
+        want = want.relu()
+    assert epilogue.apply(y, bias, z, "relu" in terms, channels_last)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.float(), want, rtol=1e-3 if dtype == "float16" else 1e-6, atol=1e-3)
+    assert not epilogue.apply(
+        y,
+        bias,
+        torch.randn(3, 37, 9, 11, device="cuda", dtype=dt).to(
+            memory_format=torch.contiguous_format if channels_last else torch.channels_last
+        ),
+        True,
+        channels_last,
+    )

@@ -253,3 +253,17 @@ def test_linears_whose_output_is_reshaped_are_not_merged():
     model = Viewed().eval()
     fused, done = fuse(model)
     assert fused is model and done.merged_linear == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_epilogue_kernel_compiles_without_spills(dtype):
+    from autotune.build.compiler import compile_source
+    from autotune.build.templates import render_file
+    from autotune.kernels import conv_epilogue as ep
+
+    r = compile_source(render_file(ep.TEMPLATE, ep.context(dtype)), ep.KERNEL_NAME, "sm_90")
+    assert r.ok, r.error
+    assert r.spills == 0 and r.registers <= 64
+    with pytest.raises(ValueError, match="not bfloat16"):
+        ep.context("bfloat16")
+    assert ep.grid(1, 132) == (1, 1, 1) and ep.grid(10**9, 132) == (132 * ep.BLOCKS_PER_SM, 1, 1)
