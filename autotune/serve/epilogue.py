@@ -5,7 +5,6 @@ call (another dtype, a residual not laid out like the output); the caller then u
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from ..build.compiler import compile_source
@@ -14,10 +13,21 @@ from ..kernels import conv_epilogue as ep
 from ..measure import streams
 from ..measure.evaluate import load_kernel
 
+_loaded: dict[tuple[str, int], tuple[Any, int]] = {}
 
-@functools.cache
-def _function(dtype: str, device: int) -> tuple[Any, int]:
-    """The loaded kernel for ``dtype`` on ``device`` and the device's SM count."""
+
+def _function(dtype: str, device: int) -> tuple[Any, int] | None:
+    """The loaded kernel for ``dtype`` on ``device`` and the device's SM count; None while a CUDA graph is being
+    captured and it is not loaded yet (loading a module is no call to make inside a capture)."""
+    got = _loaded.get((dtype, device))
+    if got is None:
+        if streams.capturing():
+            return None
+        got = _loaded[(dtype, device)] = _load(dtype, device)
+    return got
+
+
+def _load(dtype: str, device: int) -> tuple[Any, int]:
     import cupy as cp
 
     with cp.cuda.Device(device) as dev:
@@ -41,7 +51,10 @@ def apply(y: Any, bias: Any, z: Any, relu: bool, nhwc: bool) -> bool:
         return False
     n, k, p, q = y.shape
     device = y.get_device()
-    fn, sms = _function(dtype, device)
+    loaded = _function(dtype, device)
+    if loaded is None:
+        return False
+    fn, sms = loaded
     total = y.numel()
     args = (np.uint64(y.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
             np.uint64(0 if z is None else z.data_ptr()), np.int64(total), np.int32(k), np.int32(p * q),
