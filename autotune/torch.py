@@ -1,6 +1,6 @@
 """The PyTorch drop-in: serve a model's ``nn.Linear`` and ``nn.Conv2d`` calls with autotune's kernels.
 
-    model = autotune.torch.optimize(model.eval())   # the same model, its Linear and Conv2d forwards routed
+    model = autotune.torch.optimize(model.eval())   # BatchNorm folded, ReLUs fused, Linear and Conv2d routed
     with torch.inference_mode():
         y = model(x)
     print(autotune.torch.report(model))             # calls by autotune, by the vendor, fallbacks and why
@@ -10,7 +10,10 @@ decides once per input shape, dtype and memory format: ``nn.Linear`` is the GEMM
 place through ``.t()``, leading dims flattened as a view, bias as ``beta = 1`` over an output pre-filled
 with it); ``nn.Conv2d`` the NCHW or, for channels-last input, NHWC convolution (bias added after). Where
 the runtime serves the vendor, torch's own op runs directly (also reported to :func:`autotune.record`).
-Every other call runs torch's op, counted under a :class:`Fallback` reason. Torch is imported only here.
+Every other call runs torch's op, counted under a :class:`Fallback` reason. Before routing, ``optimize``
+rewrites the traced graph for inference (``autotune.serve.torch_fusion``: BatchNorm folding, conv + ReLU and
+conv + residual + ReLU fusion, Linears sharing an input merged); ``fuse=False`` routes the model as it is. Torch
+is imported only here and in the modules this one imports when called.
 """
 
 from __future__ import annotations
