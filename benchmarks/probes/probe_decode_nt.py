@@ -133,7 +133,19 @@ def decode_configs(m: int) -> list[dict]:
     wide = 5 if mb <= 64 else 4  # stages of 256 rows of W that fit (40 KB each at MB = 64, 48 at 128)
     out += [dict(BW=256, MB=mb, CONSUMERS=2, STAGES=wide, SPLIT_K=s, CLUSTER=True) for s in (2, 4, 8)]
     out += [dict(BW=128, MB=mb, CONSUMERS=1, STAGES=6, SPLIT_K=s, CLUSTER=True) for s in (2, 4, 8)]
-    return out + [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=6, SPLIT_K=4, CLUSTER=True)]
+    deep = 8 if mb <= 64 else 6  # of 128 rows
+    return out + [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=deep, SPLIT_K=s, CLUSTER=True) for s in (4, 8)]
+
+
+def decode_traffic(params: dict, problem) -> dict:
+    """A wgmma_decode launch's blocks, and the bytes of x its blocks read from L2 over W's bytes from memory:
+    every block reads MB rows of x over its K slice, so x's reads are ceil(N / BW) * ceil(M / MB) * MB * K
+    elements against W's N * K (about M / BW)."""
+    from autotune.kernels import gemm_wgmma_decode
+
+    grid = gemm_wgmma_decode.launch(params, problem).grid
+    tiles = -(-problem.N // params["BW"])
+    return {"blocks": grid[0] * grid[1], "x_over_w": tiles * grid[1] * params["MB"] / problem.N}
 
 
 def template_row(settings, timer: Timer, problem, inputs, ref, params, template: str = "skinny_nt") -> dict:
@@ -199,6 +211,8 @@ def measure_problem(settings, timer: Timer, problem, w, floor_us: float, templat
         if "us" in row:
             row["x_cublas"] = vendor_us / row["us"] if vendor_us else None
             row["pct_floor"] = 100 * floor_us / row["us"]
+        if name == "wgmma_decode":
+            row.update(decode_traffic(params, problem))
         rows.append(row)
         name = row["what"].removeprefix("gemm_")[:60] + (" *" if row["default"] else "")
         if row["status"] != "ok":
