@@ -65,11 +65,24 @@ def test_cluster_configurations_compile_for_sm90a_without_spills(params, dtype):
     assert c.spills == 0
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_mb_128_compiles_without_cluster_too(split_k):
+    """M up to 128 in one row of blocks: the wgmma's N = 128, through store_c or the global split-K sum."""
+    p = dict(BW=128, MB=128, CONSUMERS=1 if split_k == 1 else 2, STAGES=6, SPLIT_K=split_k)
+    assert wd.check(p) is None
+    r = rendered(p, shape=(128, 4104, 4088))
+    assert "__cluster_dims__" not in r.source and "m64n128k16" in r.source
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
         (dict(SPLIT_K=1), ["CLUSTER", "SPLIT_K = 2 to 8"]),
         (dict(SPLIT_K=16), ["CLUSTER", "SPLIT_K = 2 to 8"]),
+        (dict(MB=128, STAGES=2), ["CLUSTER", "partial tile", "ring"]),
     ],  # fmt: skip
 )
 def test_a_cluster_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
