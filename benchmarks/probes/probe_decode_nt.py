@@ -200,7 +200,7 @@ def measure_problem(settings, timer: Timer, problem, w, floor_us: float, templat
     template, default = GEMM.default_config(dtype, "NT", M=m)
     plan = [("skinny_nt", p) for p in CONFIGS.get(m, [])] + [("wgmma_decode", p) for p in decode_configs(m)]
     plan = [(t, p) for t, p in plan if t in templates and (t, p) != (template, default)]
-    for name, params in [(template, default)] * (template in templates) + plan:
+    for name, params in [(template, default)] * (template in templates) + plan:  # M > 64: the default is wmma's
         module = gemm_skinny_nt if name == "skinny_nt" else gemm_wgmma_decode
         if module.check(params) or module.check_problem(params, problem):
             continue  # MMA configurations for float32
