@@ -33,6 +33,7 @@ def rendered(p, shape=(64, 4096, 4096), dtype="float16"):
 
 
 def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
+    """test_export checks every entry as stored; this adds CLUSTER written out as off, and the kernel's name."""
     entries = _stored_decode_entries()
     assert entries, "no stored wgmma_decode entry to compare against"
     for key, entry in entries:
