@@ -3,8 +3,9 @@ C = alpha * A @ B^T + beta * C with B (the weight W) stored N x K and read in pl
 
 The tensor cores compute C^T = W x^T: W's rows are the wgmma's M (BW rows a block, BW / CONSUMERS a consumer
 warpgroup), x's rows its N (MB); a producer warpgroup streams W and x by TMA through a ring of STAGES stages;
-SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order. Every
-check here is mirrored by a ``static_assert``.
+SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order; with CLUSTER
+(optional, default off) they form a thread-block cluster and sum them through distributed shared memory instead.
+Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -23,23 +24,33 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K")
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER")
+# CLUSTER came after winners were stored: off (or absent) renders and names the kernel as before it existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False),)
+KINDS = (("CLUSTER", "bool"),)
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT",)
 BK = 64  # elements of K per stage (one 128-byte swizzle row)
-MBS = (8, 16, 32, 64)
+MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once)
 CONSUMER_ROWS = (64, 128)
 MAX_STAGES = 12
 MAX_SPLIT_K = 64
+MAX_CLUSTER = 8  # a portable cluster: CLUSTER takes SPLIT_K 2 to 8
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
+
+
+def cluster(params: Params) -> bool:
+    """CLUSTER of a configuration; False when it has none (configurations stored before it existed)."""
+    return bool(params.get("CLUSTER", False))
 
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     p = params
     stage = (p["BW"] + p["MB"]) * BK * 2
-    return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16}
+    shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
+    return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p)}
 
 
 def accumulators(params: Params) -> int:
@@ -64,6 +75,21 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
         return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
+    return check_cluster(p)
+
+
+def check_cluster(params: Params) -> str | None:
+    """Why CLUSTER cannot be on in this configuration, or None: a portable cluster of the tile's SPLIT_K blocks,
+    and the partial tile (BW x MB floats) left in the drained ring."""
+    p = params
+    if not isinstance(p.get("CLUSTER", False), bool):
+        return "CLUSTER must be true or false"
+    if not cluster(p):
+        return None
+    if not 2 <= p["SPLIT_K"] <= MAX_CLUSTER:
+        return f"CLUSTER needs SPLIT_K = 2 to {MAX_CLUSTER} (the tile's blocks form one portable cluster)"
+    if p["BW"] * p["MB"] * 4 > p["STAGES"] * (p["BW"] + p["MB"]) * BK * 2:
+        return "CLUSTER needs the partial tile (BW x MB floats) to fit in the ring of STAGES stages"
     return None
 
 
@@ -93,8 +119,8 @@ def launch(params: Params, problem: Any) -> Launch:
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
     """(floats of the split partials, counters): a partial tile per split of every tile, a counter per tile; none
-    without split-K."""
-    if params["SPLIT_K"] == 1:
+    without split-K, or with CLUSTER (the partials meet in the cluster's shared memory)."""
+    if params["SPLIT_K"] == 1 or cluster(params):
         return 0, 0
     tiles = -(-problem.N // params["BW"]) * -(-problem.M // params["MB"])
     per_split = 128 * params["CONSUMERS"] * accumulators(params)
@@ -131,6 +157,8 @@ class TensorMaps(LaunchBound):
 class WgmmaDecodeTemplate(GemmTemplate):
     name = "wgmma_decode"
     params = PARAMS
+    defaults = DEFAULTS
+    kinds = KINDS
     dtypes = DTYPES
     layouts = LAYOUTS
     description = DESCRIPTION
@@ -175,7 +203,8 @@ class WgmmaDecodeTemplate(GemmTemplate):
             "(__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, 1}, "
             "CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
             "box {64, MB}; W (B) dims {K, N}, stride {K*2}, box {64, BW}. Grid (ceil(N/BW) * SPLIT_K, ceil(M/MB), "
-            "1), block 128 * (CONSUMERS + 1) threads."
+            "1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no scratch is used and the kernel carries "
+            "__cluster_dims__(SPLIT_K, 1, 1)."
         )
 
 

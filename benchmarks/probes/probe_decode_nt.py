@@ -6,10 +6,13 @@ reading (a sum over a buffer of 4x the L2 size, which leaves only clean lines) a
 GPU is busy while the host prepares the launch and the start event is not recorded into an idle queue (GPU.md,
 "Measuring"). The floor is a grid-stride float4 read of W's bytes (132 x 16 blocks of 256 threads on the H200),
 whose word sum is checked against CuPy's so it cannot skip a byte. cuBLAS is cupy.matmul on the W.T view (fp16,
-fp32) and torch.matmul on W.t() for bf16 (skipped with a note when torch is missing). Every skinny_nt
-configuration is verified against float64 before it is timed; a wrong one is reported and never timed.
+fp32) and torch.matmul on W.t() for bf16 (skipped with a note when torch is missing). Every configuration is
+verified against float64 before it is timed; a wrong one is reported and never timed. wgmma_decode's list holds
+CLUSTER ones (split-K summed in a cluster's shared memory, so wide BW tiles, which re-read x from L2 fewer times,
+still fill the GPU) and MB = 128 for M above 64.
 
     python3 benchmarks/probes/probe_decode_nt.py [--dtypes float16 bfloat16 float32] [--ms 1 4 16 64]
+                                                 [--templates skinny_nt wgmma_decode]
                                                  [--out benchmarks/results/decode_nt.json]
 """
 
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 NK = ((14336, 4096), (4096, 14336), (4096, 4096))
+TEMPLATES = ("skinny_nt", "wgmma_decode")
 REPEATS = 60
 SPIN_US = 60  # longer than the host side of one cupy.matmul or kernel launch
 
@@ -119,12 +123,29 @@ _COMPILED: dict[tuple, object] = {}
 
 
 def decode_configs(m: int) -> list[dict]:
-    """wgmma_decode configurations for M rows of x: MB the smallest of 8 ... 64 that holds them."""
-    mb = next((b for b in (8, 16, 32, 64) if b >= m), 64)
+    """wgmma_decode configurations for M rows of x: MB the smallest of 8 ... 128 that holds them; the CLUSTER ones
+    split K over 2-8 blocks of 128 or 256 rows of W (x re-read from L2 N / BW times: M / BW of W's bytes)."""
+    mb = next((b for b in (8, 16, 32, 64, 128) if b >= m), 128)
     out = [dict(BW=128, MB=mb, CONSUMERS=1, STAGES=6, SPLIT_K=s) for s in (1, 2, 4, 8)]
     out += [dict(BW=64, MB=mb, CONSUMERS=1, STAGES=8, SPLIT_K=s) for s in (1, 2, 4)]
-    return out + [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=6, SPLIT_K=4), dict(BW=256, MB=mb, CONSUMERS=2, STAGES=4,
-                                                                           SPLIT_K=4)]  # fmt: skip
+    out += [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=6, SPLIT_K=4), dict(BW=256, MB=mb, CONSUMERS=2, STAGES=4,
+                                                                          SPLIT_K=4)]  # fmt: skip
+    wide = 5 if mb <= 64 else 4  # stages of 256 rows of W that fit (40 KB each at MB = 64, 48 at 128)
+    out += [dict(BW=256, MB=mb, CONSUMERS=2, STAGES=wide, SPLIT_K=s, CLUSTER=True) for s in (2, 4, 8)]
+    out += [dict(BW=128, MB=mb, CONSUMERS=1, STAGES=6, SPLIT_K=s, CLUSTER=True) for s in (2, 4, 8)]
+    deep = 8 if mb <= 64 else 6  # of 128 rows
+    return out + [dict(BW=128, MB=mb, CONSUMERS=2, STAGES=deep, SPLIT_K=s, CLUSTER=True) for s in (4, 8)]
+
+
+def decode_traffic(params: dict, problem) -> dict:
+    """A wgmma_decode launch's blocks, and the bytes of x its blocks read from L2 over W's bytes from memory:
+    every block reads MB rows of x over its K slice, so x's reads are ceil(N / BW) * ceil(M / MB) * MB * K
+    elements against W's N * K (about M / BW)."""
+    from autotune.kernels import gemm_wgmma_decode
+
+    grid = gemm_wgmma_decode.launch(params, problem).grid
+    tiles = -(-problem.N // params["BW"])
+    return {"blocks": grid[0] * grid[1], "x_over_w": tiles * grid[1] * params["MB"] / problem.N}
 
 
 def template_row(settings, timer: Timer, problem, inputs, ref, params, template: str = "skinny_nt") -> dict:
@@ -157,8 +178,8 @@ def template_row(settings, timer: Timer, problem, inputs, ref, params, template:
     return {**row, "status": "ok", "us": us}
 
 
-def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list[dict]:
-    """cuBLAS and the hand-picked skinny_nt configurations on one problem (W given), printed and as rows."""
+def measure_problem(settings, timer: Timer, problem, w, floor_us: float, templates=TEMPLATES) -> list[dict]:
+    """cuBLAS and the hand-picked configurations of ``templates`` on one problem (W given), printed and as rows."""
     from autotune.kernels import gemm_skinny_nt, gemm_wgmma_decode
     from autotune.kernels.gemm import GEMM
 
@@ -178,7 +199,8 @@ def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list
     ref = GEMM.reference(problem, inputs)
     template, default = GEMM.default_config(dtype, "NT", M=m)
     plan = [("skinny_nt", p) for p in CONFIGS.get(m, [])] + [("wgmma_decode", p) for p in decode_configs(m)]
-    for name, params in [(template, default)] + [(t, p) for t, p in plan if (t, p) != (template, default)]:
+    plan = [(t, p) for t, p in plan if t in templates and (t, p) != (template, default)]
+    for name, params in [(template, default)] * (template in templates) + plan:  # M > 64: the default is wmma's
         module = gemm_skinny_nt if name == "skinny_nt" else gemm_wgmma_decode
         if module.check(params) or module.check_problem(params, problem):
             continue  # MMA configurations for float32
@@ -189,6 +211,8 @@ def measure_problem(settings, timer: Timer, problem, w, floor_us: float) -> list
         if "us" in row:
             row["x_cublas"] = vendor_us / row["us"] if vendor_us else None
             row["pct_floor"] = 100 * floor_us / row["us"]
+        if name == "wgmma_decode":
+            row.update(decode_traffic(params, problem))
         rows.append(row)
         name = row["what"].removeprefix("gemm_")[:60] + (" *" if row["default"] else "")
         if row["status"] != "ok":
@@ -204,6 +228,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32"])
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 4, 16, 64])
+    ap.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode_nt.json")
     args = ap.parse_args()
 
@@ -241,7 +266,8 @@ def main() -> int:
             print(f"{dtype:<9} {f'W {n}x{k}':<16} {what:<62} {floor_us:8.2f} {'':>8} {'100':>7} "
                   f"{'sum ok' if verified else 'SUM WRONG':>9}")  # fmt: skip
             for m in args.ms:
-                rows += measure_problem(settings, timer, GEMM.problem([m, n, k], dtype, "NT"), w, floor_us)
+                problem = GEMM.problem([m, n, k], dtype, "NT")
+                rows += measure_problem(settings, timer, problem, w, floor_us, tuple(args.templates))
     print("\n* the family's default configuration for this M (GEMM.default_config)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -1,0 +1,57 @@
+"""GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory) and MB = 128 (M up to
+128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd multiples of 8 (the
+TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without K), fp16 and bf16,
+and alpha/beta on a relaunch. The configurations without either option are tested in test_gpu_wgmma.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.kernels import FAMILIES
+from autotune.measure.verify import tolerance_for
+from tests.gpu.test_gpu_gemm_variants import _launch_twice, _wrong_on
+from tests.gpu.test_gpu_gemm_variants import settings as settings  # the module's fixture
+
+pytestmark = pytest.mark.gpu
+GEMM = FAMILIES["gemm"]
+CONFIGS = [
+    dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True),
+    dict(BW=128, MB=64, CONSUMERS=1, STAGES=6, SPLIT_K=4, CLUSTER=True),
+    dict(BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3, CLUSTER=True),  # 8 pairs a thread over 3 ranks
+    dict(BW=64, MB=8, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True),
+    dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True),
+    dict(BW=128, MB=128, CONSUMERS=2, STAGES=6, SPLIT_K=2, CLUSTER=True),
+    dict(BW=128, MB=128, CONSUMERS=1, STAGES=6, SPLIT_K=1),
+    dict(BW=128, MB=128, CONSUMERS=2, STAGES=5, SPLIT_K=3),  # MB 128 through the global split-K sum
+]
+# M past MB (a second row of blocks) or short of it; N no multiple of BW; K no multiple of a stage, shorter than the
+# splits, or long (the Llama MLP's down projection)
+SHAPES = [(33, 1000, 1000), (50, 4104, 4088), (64, 4096, 4096), (100, 264, 14344), (128, 4104, 72), (64, 14336, 4096),
+          (1, 8, 8)]  # fmt: skip
+
+
+def _needs_sm90(settings):
+    if settings.arch != "sm_90":
+        pytest.skip(f"wgmma is sm_90a code; this GPU is {settings.arch}")
+
+
+def _label(p):
+    return "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("params", CONFIGS, ids=_label)
+def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtype, params):
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma_decode", dtype, "NT", params, SHAPES)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("params", [CONFIGS[0], CONFIGS[2], CONFIGS[7]], ids=_label)
+def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params):
+    """No counters to leave zero with CLUSTER: a second launch sums right too, and beta reads C once."""
+    _needs_sm90(settings)
+    problem = GEMM.problem([50, 1000, 3000], dtype, "NT")
+    errors = _launch_twice(settings, "wgmma_decode", params, problem, alpha=0.75, beta=-1.5)
+    assert all(e < tolerance_for(dtype) for e in errors), errors

@@ -1,0 +1,107 @@
+"""wgmma_decode's CLUSTER option without a GPU: off (or absent) it renders every stored winner byte for byte as
+before (their source hashes in tuned/); on, it compiles for sm_90a without spills, takes no global scratch, keeps
+the grid, and a configuration it cannot build is refused by the check and by the template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.build.compiler import compile_source
+from autotune.build.templates import render
+from autotune.kernels import gemm_wgmma_decode as wd
+from autotune.kernels.gemm import GEMM
+
+ROOT = Path(__file__).resolve().parents[2]
+STORED = sorted(ROOT.glob("tuned/*/gemm.json"))
+WIDE = dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True)
+
+
+def _stored_decode_entries() -> list[tuple[str, dict]]:
+    out = []
+    for path in STORED:
+        for key, entry in json.loads(path.read_text())["entries"].items():
+            if entry.get("template") == "wgmma_decode":
+                out.append((f"{path.parent.name}:{key}", entry))
+    return out
+
+
+def rendered(p, shape=(64, 4096, 4096), dtype="float16"):
+    return render("gemm", "wgmma_decode", p, GEMM.problem(list(shape), dtype, "NT"))
+
+
+def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
+    """test_export checks every entry as stored; this adds CLUSTER written out as off, and the kernel's name."""
+    entries = _stored_decode_entries()
+    assert entries, "no stored wgmma_decode entry to compare against"
+    for key, entry in entries:
+        dtype, _, label = key.split(":", 1)[1].split("/")
+        problem = GEMM.problem(label, dtype, "NT")
+        params = dict(entry["params"])
+        assert "CLUSTER" not in params, key
+        assert render("gemm", "wgmma_decode", params, problem).source_hash == entry["source_hash"], key
+        off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False}, problem)
+        assert off.source_hash == entry["source_hash"], key
+        assert "cluster" not in off.kernel_name, key
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype"),
+    [
+        (WIDE, "float16"),
+        (dict(WIDE, SPLIT_K=2, STAGES=5), "bfloat16"),
+        (dict(WIDE, BW=128, CONSUMERS=1, STAGES=6, SPLIT_K=4), "float16"),
+        (dict(WIDE, BW=128, STAGES=6, SPLIT_K=3), "bfloat16"),
+        (dict(WIDE, BW=64, MB=8, CONSUMERS=1, STAGES=8, SPLIT_K=4), "float16"),
+    ],  # fmt: skip
+)
+def test_cluster_configurations_compile_for_sm90a_without_spills(params, dtype):
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert "__cluster_dims__(SPLIT_K, 1, 1)" in r.source and r.kernel_name.endswith("_cluster1")
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_mb_128_compiles_without_cluster_too(split_k):
+    """M up to 128 in one row of blocks: the wgmma's N = 128, through store_c or the global split-K sum."""
+    p = dict(BW=128, MB=128, CONSUMERS=1 if split_k == 1 else 2, STAGES=6, SPLIT_K=split_k)
+    assert wd.check(p) is None
+    r = rendered(p, shape=(128, 4104, 4088))
+    assert "__cluster_dims__" not in r.source and "m64n128k16" in r.source
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(SPLIT_K=1), ["CLUSTER", "SPLIT_K = 2 to 8"]),
+        (dict(SPLIT_K=16), ["CLUSTER", "SPLIT_K = 2 to 8"]),
+        (dict(MB=128, STAGES=2), ["CLUSTER", "partial tile", "ring"]),
+    ],  # fmt: skip
+)
+def test_a_cluster_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    p = {**WIDE, **change}
+    reason = wd.check(p)
+    assert reason and all(w in reason for w in words), reason
+    r = rendered(p)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+
+
+def test_cluster_must_be_a_bool():
+    assert "CLUSTER must be true or false" in wd.check(dict(WIDE, CLUSTER=2))
+
+
+def test_cluster_keeps_the_grid_and_needs_no_global_scratch():
+    p = GEMM.problem("50x1000x4104", "float16", "NT")  # 4 tiles of 256 rows of W, one row of blocks of x
+    assert wd.launch(WIDE, p).grid == (4 * 8, 1, 1)
+    assert wd.scratch(WIDE, p) == (0, 0)
+    assert wd.scratch(dict(WIDE, CLUSTER=False), p)[1] == 4
+    assert GEMM.check_problem("wgmma_decode", WIDE, p) is None
