@@ -231,3 +231,28 @@ def test_tf32x3_refuses_split_k_partials_past_512_mib():
     assert reason and "512 MiB" in reason and "SPLIT_K" in reason
     assert GEMM.check_problem("wgmma_tf32x3", dict(TF32X3, SPLIT_K=2), big) is None
     assert GEMM.check_problem("wgmma_tf32x3", TF32X3, big) is None
+
+
+def test_the_main_fp32_spec_searches_three_templates_from_valid_starting_points():
+    """configs/gemm.yaml: simt beside both wgmma fp32 templates over the same six shapes; every starting point is
+    a configuration its template builds and that computes every shape, but for split-K's partials past 512 MiB on
+    the large shapes (refused before compiling: there the tiles fill the GPU without splits)."""
+    from pathlib import Path
+
+    from autotune.tune.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm.yaml")
+    template = next(p for p in spec.space.params if p.name == "TEMPLATE")
+    assert set(template.values) == {"simt", "skinny_wgmma", "wgmma_tf32x3"}
+    labels = ["4096x4096x4096", "8192x8192x8192", "4095x4097x4093", "1000x1000x1000", "16x4096x4096", "128x4096x4096"]
+    assert [p.label for p in spec.problems] == labels
+    keys = {c.key for c in spec.space.enumerate()}
+    started = set()
+    for config in spec.start_from:
+        params = config.as_dict()
+        assert config.key in keys and GEMM.check("auto", params) is None, params
+        for problem in spec.problems:
+            reason = GEMM.check_problem("auto", params, problem)
+            assert reason is None or ("512 MiB" in reason and problem.M * problem.N >= 4096**2), (params, reason)
+        started.add((params["TEMPLATE"], params.get("SPLIT_K", 1) > 1))
+    assert {("simt", False), ("skinny_wgmma", True), ("wgmma_tf32x3", False), ("wgmma_tf32x3", True)} <= started
