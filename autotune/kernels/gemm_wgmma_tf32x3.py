@@ -5,14 +5,20 @@ PRODUCERS warpgroups take turns at the stages: one reads a stage's A and B tiles
 value x into a TF32 high part and its fp32 residual, and stores both as K-major, 128-byte swizzled tiles (at most
 three warpgroups in all, four with BN = 64); CONSUMERS warpgroups of 64 rows
 each run ``wgmma.mma_async`` m64n{BN}k8 .tf32 three times per product (lo*hi, hi*lo, hi*hi) and add the tensor
-cores' sums into fp32 registers every ROUND rows of K. Blocks are persistent. Every check here is mirrored by a
-``static_assert`` in the template.
+cores' sums into fp32 registers every ROUND rows of K. Blocks are persistent and walk work units: a tile and one
+of its SPLITS = min(SPLIT_K, ceil(K / 32)) runs of K's stages. With SPLITS > 1 every warp stores its rows' sums as
+a fp32 partial and counts itself on a (tile, warp) counter; the last to arrive sums the partials in split order
+(deterministic), applies alpha and beta and stores C. Every check here is mirrored by a ``static_assert`` in the
+template.
 
 Example::
 
-    >>> p = dict(BN=128, PRODUCERS=2, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+    >>> p = dict(BN=128, PRODUCERS=2, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=4)
     >>> derived(p)["SHARED_BYTES"]
     197680
+    >>> problem = GemmProblem(128, 4096, 4096, "float32")
+    >>> units(p, problem), scratch(p, problem)  # 32 tiles x 4 splits; a 128 x 128 partial per unit, 8 warps a tile
+    (128, (2097152, 256))
 """
 
 from __future__ import annotations
@@ -21,16 +27,21 @@ from typing import Any
 
 from ..core.limits import SM90, DeviceLimits, multiprocessors
 from .base import Launch, Params
-from .gemm_problem import GemmTemplate
+from .gemm_problem import SPLIT_K_ABI, GemmTemplate
+from .gemm_problem import GemmProblem as GemmProblem  # the docstring example's problem
 
-PARAMS = ("BN", "PRODUCERS", "CONSUMERS", "STAGES", "ROUND", "RASTER")
-DESCRIPTION = "sm_90a 3xTF32 warpgroup MMA (wgmma) for fp32 at fp32 accuracy, producer-split operands, persistent"
+PARAMS = ("BN", "PRODUCERS", "CONSUMERS", "STAGES", "ROUND", "RASTER", "SPLIT_K")
+DESCRIPTION = (
+    "sm_90a 3xTF32 warpgroup MMA (wgmma) for fp32 at fp32 accuracy, producer-split operands, persistent, split-K"
+)
 DTYPES = ("float32",)
 LAYOUTS = ("NN", "NT", "TN", "TT")
 BK = 32  # floats of K per stage: one 128-byte swizzle row
 BNS = (64, 128)
 MAX_STAGES = 4
 MAX_ROUND = 1024  # rows of K the tensor cores sum before a rounded fp32 add (error grows with it)
+MAX_SPLIT_K = 32
+MAX_PARTIAL_BYTES = 512 * 1024 * 1024  # split-K partial tiles in scratch
 
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -61,6 +72,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"ROUND must be a multiple of {BK} rows from {2 * BK} to {MAX_ROUND}"
     if p["RASTER"] < 1:
         return "RASTER must be at least 1"
+    if not 1 <= p["SPLIT_K"] <= MAX_SPLIT_K:
+        return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
     d = derived(p)
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
@@ -71,15 +84,42 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
 def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> str | None:
     if problem.dtype not in DTYPES:
         return f"wgmma_tf32x3 computes float32 (at fp32 accuracy), not {problem.dtype}"
+    floats = scratch(params, problem)[0]
+    if floats * 4 > MAX_PARTIAL_BYTES:
+        return f"split-K partials need {floats * 4 >> 20} MiB, more than 512 MiB; use a smaller SPLIT_K"
     return None
 
 
+def tiles(params: Params, problem: Any) -> int:
+    return -(-problem.M // (64 * params["CONSUMERS"])) * -(-problem.N // params["BN"])
+
+
+def splits(params: Params, problem: Any) -> int:
+    """Units a tile: SPLIT_K, or one per stage of K where K has fewer (the kernel computes the same)."""
+    return min(params["SPLIT_K"], -(-problem.K // BK))
+
+
+def units(params: Params, problem: Any) -> int:
+    return tiles(params, problem) * splits(params, problem)
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats of `partial`, unsigned `counters`); counters must start at zero (the kernel leaves them zero). A
+    BM x BN partial a unit, and a counter per tile and warp (BM / 16 warps of rows); none with one split."""
+    s = splits(params, problem)
+    if s == 1:
+        return 0, 0
+    bm = 64 * params["CONSUMERS"]
+    n = tiles(params, problem)
+    return n * s * bm * params["BN"], n * (bm // 16)
+
+
 def launch(params: Params, problem: Any) -> Launch:
-    """One persistent block per SM (or per tile, when there are fewer or no GPU to count SMs on)."""
+    """One persistent block per SM (or per work unit, when there are fewer or no GPU to count SMs on)."""
     d = derived(params)
-    tiles = -(-problem.M // (64 * params["CONSUMERS"])) * -(-problem.N // params["BN"])
+    n = units(params, problem)
     sms = multiprocessors()
-    return Launch((min(tiles, sms) if sms else tiles, 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+    return Launch((min(n, sms) if sms else n, 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
 class WgmmaTf32x3Template(GemmTemplate):
@@ -107,13 +147,14 @@ class WgmmaTf32x3Template(GemmTemplate):
         return launch(params, problem)
 
     def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
-        return 0, 0
+        return scratch(params, problem)
 
     def c_abi(self) -> str:
         return (
-            "wgmma_tf32x3: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta, "
-            "float* partial, unsigned* counters) (scratch unused: 0 floats, 0 counters); grid (min(tiles, SMs), 1, "
-            "1), tiles = ceil(M / (64 * CONSUMERS)) * ceil(N / BN); block 128 * (PRODUCERS + CONSUMERS) threads."
+            "wgmma_tf32x3: (const float* A, const float* B, float* C, int M, int N, int K, float alpha, float beta), "
+            + SPLIT_K_ABI.removesuffix(".")
+            + "; grid (min(units, SMs), 1, 1), units = tiles * min(SPLIT_K, ceil(K / 32)), tiles = "
+            "ceil(M / (64 * CONSUMERS)) * ceil(N / BN); block 128 * (PRODUCERS + CONSUMERS) threads."
         )
 
 

@@ -1,7 +1,11 @@
 """3xTF32 on the warpgroup tensor cores (wgmma_tf32x3) against cuBLAS SGEMM in one process: time, and accuracy on
 the same inputs, normal and with a wide dynamic range.
 
-    python3 benchmarks/probes/probe_tf32x3.py [--shapes 4096x4096x4096 ...] [--out FILE]
+    python3 benchmarks/probes/probe_tf32x3.py [--shapes 4096x4096x4096 ...] [--splits 2 4 ...] [--out FILE]
+
+Configurations: CONFIGS (one split), then each of SPLIT_BASES with SPLIT_K in --splits, skipped where a tile
+already has a unit for each of the GPU's SMs twice over (split-K there only adds partial traffic) unless
+--all-splits; the JSON keeps every configuration's time next to the fastest.
 
 Time: each configuration verified against float64 with the fp32 tolerance first, then the median of event-timed
 launches with L2 flushed before each (autotune.measure.evaluate); cuBLAS is cupy.matmul, timed the same way.
@@ -29,7 +33,7 @@ from autotune.measure.evaluate import Candidate, Settings, evaluate, load_kernel
 
 GEMM = FAMILIES["gemm"]
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "128x4096x4096", "1000x1000x1000"]
-T = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+T = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=1)
 CONFIGS = [
     T,
     dict(T, BN=64, STAGES=4),
@@ -40,6 +44,20 @@ CONFIGS = [
     dict(T, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4),
     dict(T, BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=256),
 ]
+SPLIT_BASES = [T, dict(T, BN=64, PRODUCERS=2, STAGES=4), dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4)]
+SPLITS = [2, 3, 4, 6, 8]
+
+
+def configs(problem, splits: list[int], sms: int, every: bool) -> list[dict]:
+    """CONFIGS, then the split-K configurations worth timing on this problem."""
+    from autotune.kernels import gemm_wgmma_tf32x3 as wt
+
+    out = list(CONFIGS)
+    for base in SPLIT_BASES:
+        if not every and wt.tiles(base, problem) >= 2 * sms:
+            continue
+        out += [dict(base, SPLIT_K=s) for s in splits if wt.splits(dict(base, SPLIT_K=s), problem) == s]
+    return out
 
 
 def errors(settings, params, problem) -> dict:
@@ -72,6 +90,8 @@ def errors(settings, params, problem) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="+", default=SHAPES)
+    ap.add_argument("--splits", nargs="+", type=int, default=SPLITS, help="SPLIT_K values tried on SPLIT_BASES")
+    ap.add_argument("--all-splits", action="store_true", help="split-K on every shape, however many tiles it has")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     gpu = current_gpu()
@@ -84,9 +104,11 @@ def main() -> int:
     for shape in args.shapes:
         problem = GEMM.problem(shape, "float32")
         vname, vt = time_vendor("gemm", problem, flush, plan)
-        best = None
-        for params in CONFIGS:
+        best, tried = None, []
+        for params in configs(problem, args.splits, gpu.multiprocessors, args.all_splits):
             r = evaluate(Candidate("gemm", "wgmma_tf32x3", problem, Config.of(params)), settings)
+            tried.append({"params": params, "status": str(r.status), "ms": r.median_ms if r.ok else None,
+                          "error": r.error, "reason": r.reason})  # fmt: skip
             print(f"{shape:>16}   {r.status!s:>10} {1e3 * r.median_ms if r.ok else float('nan'):9.1f} us  err "
                   f"{r.error}  {r.kernel_name} {r.reason or ''}", flush=True)  # fmt: skip
             if r.ok and (best is None or r.median_ms < best[0].median_ms):
@@ -96,7 +118,8 @@ def main() -> int:
         r, params = best
         err = errors(settings, params, problem)
         row = {"shape": shape, "kernel": r.kernel_name, "params": params, "ours_ms": r.median_ms, "tflops": r.tflops,
-               "cublas_ms": vt.median_ms, "x_cublas": vt.median_ms / r.median_ms, "errors": err}  # fmt: skip
+               "cublas_ms": vt.median_ms, "x_cublas": vt.median_ms / r.median_ms, "errors": err,
+               "tried": tried}  # fmt: skip
         rows.append(row)
         print(f"{shape:>16} {1e3 * r.median_ms:9.1f} {1e3 * vt.median_ms:9.1f} {row['x_cublas']:8.2f} "
               f"{r.tflops:8.1f}  {err['normal']['ours']:.1e} / {err['normal']['cublas']:.1e}      "

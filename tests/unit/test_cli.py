@@ -41,7 +41,7 @@ def test_compile_only_reports_resources_without_a_gpu(capsys):
     code = main(["run", GEMM, "--compile-only", "--arch", "sm_90", "--limit", "3", "--jobs", "1"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    rows = [ln for ln in captured.out.splitlines() if ln.strip().startswith("gemm_simt_")]
+    rows = [ln for ln in captured.out.splitlines() if ln.strip().startswith("gemm_")]
     assert len(rows) == 3
     assert "registers" in captured.out and "spills" in captured.out
     assert "3 compiled, 0 failed" in captured.err

@@ -23,7 +23,7 @@ SETTINGS = Settings(arch="sm_90", tolerance=1e-5, max_shared_bytes=227 * 1024)
 
 @pytest.fixture(scope="module")
 def gemm_candidates():
-    spec = load_spec(ROOT / "configs" / "gemm.yaml")
+    spec = load_spec(ROOT / "configs" / "gemm_simt.yaml")  # the simt space alone
     problem = spec.problems[0]
     cands = [Candidate("gemm", "simt", problem, c) for c in spec.space.enumerate()]
     return [c for c in cands if static_check(c, SETTINGS) is None]

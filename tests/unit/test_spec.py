@@ -16,12 +16,12 @@ from autotune.kernels.gemm import SIMT_PARAMS
 from autotune.tune.spec import Budget, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-GEMM_YAML = ROOT / "configs" / "gemm.yaml"
+GEMM_YAML = ROOT / "configs" / "gemm_simt.yaml"  # the simt space alone (gemm.yaml searches three templates)
 
 
 @pytest.fixture(scope="module")
 def base() -> dict:
-    """configs/gemm.yaml as plain data; tests mutate deep copies of it."""
+    """configs/gemm_simt.yaml as plain data; tests mutate deep copies of it."""
     return yaml.safe_load(GEMM_YAML.read_text())
 
 
@@ -88,7 +88,7 @@ def append_constraint(text):
 
 NO_START = drop("start_from")
 
-# (id, mutation of configs/gemm.yaml, the key the message must start with, a fragment it must contain)
+# (id, mutation of configs/gemm_simt.yaml, the key the message must start with, a fragment it must contain)
 MALFORMED = [
     ("unknown-top-level-key", put("kernal", value="gemm"), "kernal", "unknown key"),
     ("missing-kernel", drop("kernel"), "kernel", "is required"),
@@ -371,7 +371,7 @@ def test_default_spec_loads(default_spec):
     assert len(s.start_from) == 2
     assert s.start_from[0].as_dict()["DBUF"] is True
     assert s.path == str(GEMM_YAML)
-    assert s.name == "gemm"
+    assert s.name == "gemm_simt"
 
 
 def test_default_spec_is_frozen(default_spec):
@@ -540,7 +540,7 @@ def test_cli_rejects_bad_overrides(capsys, extra, fragment):
 
 def test_cli_trials_zero_with_relative_path(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    rc, out, err = _run_cli(["run", "configs/gemm.yaml", "--trials", "0"], capsys)
+    rc, out, err = _run_cli(["run", "configs/gemm_simt.yaml", "--trials", "0"], capsys)
     line = _assert_one_error_line(rc, out, err)
     assert line == "autotune: error: --trials must be a positive number, got 0"
 

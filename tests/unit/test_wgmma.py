@@ -149,7 +149,7 @@ def test_decode_grid_and_split_k_scratch():
     assert wd.scratch(dict(DECODE, SPLIT_K=1), p) == (0, 0)
 
 
-TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8)
+TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=1)
 
 
 def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
@@ -162,10 +162,15 @@ def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
         (TF32X3, "NN", (4096, 4096, 4096)),
         (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4), "NT", (4095, 4097, 4093)),
         (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
+        (dict(TF32X3, SPLIT_K=4), "NN", (128, 4096, 4096)),
+        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=2), "NT", (4095, 4097, 4093)),
+        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4, SPLIT_K=3), "TN", (1000, 1000, 1000)),
+        (dict(TF32X3, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4, SPLIT_K=32), "TT", (1000, 1000, 1000)),
     ],  # fmt: skip
 )
 def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layout, shape):
-    """Aligned and misaligned variants (16-byte loads or scalar ones) in three layouts."""
+    """Aligned and misaligned variants (16-byte loads or scalar ones) in every layout, with and without split-K.
+    (Four warpgroups, 128 registers a thread, spill 8-20 bytes in NN and NT on misaligned rows, split-K or not.)"""
     assert wt.check(params) is None
     r = rendered_tf32x3(params, layout, shape)
     c = compile_source(r.source, r.kernel_name, "sm_90")
@@ -185,6 +190,8 @@ def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layou
         (dict(ROUND=48), ["ROUND"]),
         (dict(ROUND=32), ["from 64"]),
         (dict(RASTER=0), ["RASTER"]),
+        (dict(SPLIT_K=0), ["SPLIT_K"]),
+        (dict(SPLIT_K=33), ["SPLIT_K"]),
     ],  # fmt: skip
 )
 def test_a_broken_tf32x3_configuration_is_refused_by_the_check_and_the_template(change, words):
@@ -194,3 +201,58 @@ def test_a_broken_tf32x3_configuration_is_refused_by_the_check_and_the_template(
     r = rendered_tf32x3(p)
     c = compile_source(r.source, r.kernel_name, "sm_90")
     assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+
+
+def test_tf32x3_work_units_grid_and_split_k_scratch(monkeypatch):
+    """A unit is a tile and a run of K's stages; K shorter than SPLIT_K stages makes fewer splits (the kernel counts
+    the same); partials are a BM x BN tile a unit, counters one per tile and warp of 16 rows."""
+    p = dict(TF32X3, SPLIT_K=4)  # tiles of 128 x 128
+    skinny = GEMM.problem("128x4096x4096", "float32")
+    monkeypatch.setattr(wt, "multiprocessors", lambda: 132)
+    assert wt.units(p, skinny) == 32 * 4
+    assert wt.launch(p, skinny).grid == (128, 1, 1)
+    assert wt.scratch(p, skinny) == (32 * 4 * 128 * 128, 32 * 8)
+    assert wt.launch(dict(p, SPLIT_K=8), skinny).grid == (132, 1, 1)
+    short = GEMM.problem("1000x1000x70", "float32")  # 3 stages of 32: at most 3 splits
+    assert wt.splits(dict(p, SPLIT_K=8), short) == 3
+    assert wt.scratch(dict(p, SPLIT_K=8), short) == (64 * 3 * 128 * 128, 64 * 8)
+    assert wt.scratch(p, GEMM.problem("1000x1000x32", "float32")) == (0, 0)  # one stage: one split, no scratch
+    assert wt.scratch(TF32X3, skinny) == (0, 0)
+    one = dict(p, BN=64, CONSUMERS=1, SPLIT_K=3)
+    assert wt.scratch(one, GEMM.problem("65x65x4096", "float32")) == (4 * 3 * 64 * 64, 4 * 4)
+    monkeypatch.setattr(wt, "multiprocessors", lambda: None)
+    assert wt.launch(p, GEMM.problem("4096x4096x4096", "float32")).grid == (32 * 32 * 4, 1, 1)
+    assert GEMM.scratch("wgmma_tf32x3", p, skinny) == wt.scratch(p, skinny)
+
+
+def test_tf32x3_refuses_split_k_partials_past_512_mib():
+    big = GEMM.problem("8192x8192x8192", "float32")
+    reason = GEMM.check_problem("wgmma_tf32x3", dict(TF32X3, SPLIT_K=4), big)
+    assert reason and "512 MiB" in reason and "SPLIT_K" in reason
+    assert GEMM.check_problem("wgmma_tf32x3", dict(TF32X3, SPLIT_K=2), big) is None
+    assert GEMM.check_problem("wgmma_tf32x3", TF32X3, big) is None
+
+
+def test_the_main_fp32_spec_searches_three_templates_from_valid_starting_points():
+    """configs/gemm.yaml: simt beside both wgmma fp32 templates over the same six shapes; every starting point is
+    a configuration its template builds and that computes every shape, but for split-K's partials past 512 MiB on
+    the large shapes (refused before compiling: there the tiles fill the GPU without splits)."""
+    from pathlib import Path
+
+    from autotune.tune.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm.yaml")
+    template = next(p for p in spec.space.params if p.name == "TEMPLATE")
+    assert set(template.values) == {"simt", "skinny_wgmma", "wgmma_tf32x3"}
+    labels = ["4096x4096x4096", "8192x8192x8192", "4095x4097x4093", "1000x1000x1000", "16x4096x4096", "128x4096x4096"]
+    assert [p.label for p in spec.problems] == labels
+    keys = {c.key for c in spec.space.enumerate()}
+    started = set()
+    for config in spec.start_from:
+        params = config.as_dict()
+        assert config.key in keys and GEMM.check("auto", params) is None, params
+        for problem in spec.problems:
+            reason = GEMM.check_problem("auto", params, problem)
+            assert reason is None or ("512 MiB" in reason and problem.M * problem.N >= 4096**2), (params, reason)
+        started.add((params["TEMPLATE"], params.get("SPLIT_K", 1) > 1))
+    assert {("simt", False), ("skinny_wgmma", True), ("wgmma_tf32x3", False), ("wgmma_tf32x3", True)} <= started
