@@ -247,6 +247,8 @@ class Router:
             return None
         if not self.backend.on_current_device(x):
             plan = Plan(Route.TORCH, Fallback.DEVICE)
+        elif self.kind == Kind.LINEAR and self.backend.rows(x, self.module.in_features) is None:
+            plan = Plan(Route.TORCH, Fallback.INPUT)  # strided rows (a column slice of a merged Linear's output)
         else:
             dtypes = (str(key[1]).removeprefix("torch."), str(key[2]).removeprefix("torch."))  # "float16"
             plan = plan_call(self.kind, self.module, tuple(key[0]), dtypes, layout, self.backend, x.device)
@@ -265,7 +267,14 @@ class Router:
         if race is None or not dispatch.vendor_enabled():  # AUTOTUNE_VENDOR=0: our kernels serve, unraced
             return plan
         self.plans[key] = plan  # _serve may replace it with a torch plan if our kernel fails
-        timed = race(lambda: self._serve(plan, key, x, rest), lambda: self.torch_forward(x, *rest), x)
+
+        def ours() -> Any:
+            out = self._serve(plan, key, x, rest)
+            if isinstance(out, Fallback):  # nothing launched: no time to compare (the race returns None)
+                raise RuntimeError(f"our kernel does not take this input: {out.value}")
+            return out
+
+        timed = race(ours, lambda: self.torch_forward(x, *rest), x)
         if timed is None or self.plans[key] is not plan:
             return self.plans[key]
         ours_ms, torch_ms = timed

@@ -334,7 +334,8 @@ class PointerLauncher:
         if hasattr(p, "M"):  # nn.Linear's GEMM: A [M, K], B stored [N, K] (layout NT), C [M, N]
             assert p.layout == "NT"
             c = on_cpu(out, (p.M, p.N), dt)
-            c.copy_(alpha * on_cpu(a, (p.M, p.K), dt) @ on_cpu(b, (p.N, p.K), dt).t() + beta * c)
+            prod = alpha * on_cpu(a, (p.M, p.K), dt) @ on_cpu(b, (p.N, p.K), dt).t()
+            c.copy_(prod + (beta * c if beta else 0))  # like a kernel: C is not read at beta = 0
             self.served.append("linear")
             return
         nhwc = p.layout == "NHWC"
@@ -394,7 +395,7 @@ class CPUBackend(AutotuneBackend):
     @staticmethod
     def gemm(a, b, out, alpha, beta):
         assert b.stride() == (1, b.shape[0])  # W read in place through .t(), never copied
-        out.copy_(alpha * (a @ b) + beta * out)
+        out.copy_(alpha * (a @ b) + (beta * out if beta else 0))  # like a kernel: C is not read at beta = 0
 
     @staticmethod
     def conv(x, w, stride, pad, layout, out):
@@ -527,7 +528,7 @@ def test_the_default_backend_hands_torch_tensors_to_the_runtime(torch, monkeypat
 
     def fake_gemm(a, b, out, alpha, beta):
         calls.append((b.data_ptr(), b.stride(), alpha, beta))
-        out.copy_(alpha * (a @ b) + beta * out)
+        out.copy_(alpha * (a @ b) + (beta * out if beta else 0))  # like a kernel: C is not read at beta = 0
 
     monkeypatch.setattr(serve_calls, "gemm", fake_gemm)
     backend = AutotuneBackend()

@@ -212,9 +212,12 @@ class Projections(nn.Module):
         return torch.cat([h, k, v], dim=-1)
 
 
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 65])
 def test_linears_reading_one_input_are_merged_into_one_without_a_second_copy_of_their_weights(rows):
+    """Up to MERGE_MAX_ROWS rows the merged Linear runs and the outputs are its column slices; above, each Linear
+    runs on its own (dense outputs for what follows)."""
     import autotune.torch as at
+    from autotune.serve.torch_fusion import MERGE_MAX_ROWS
 
     torch.manual_seed(5)
     model = Projections().eval()
@@ -228,15 +231,20 @@ def test_linears_reading_one_input_are_merged_into_one_without_a_second_copy_of_
     rep = at.report(opt)
     assert "3 Linear merged" in rep.fusion
     names = dict(opt.named_modules())
-    qkv, gate_up = names["q_proj_k_proj_v_proj"], names["gate_proj_up_proj"]
+    qkv, gate_up = names["q_proj_k_proj_v_proj.merged"], names["gate_proj_up_proj.merged"]
     assert qkv.out_features == 24 and gate_up.out_features == 48
     base = qkv.weight.untyped_storage().data_ptr()  # the originals are views of the merged weight
     assert model.k_proj.weight.untyped_storage().data_ptr() == base
     torch.testing.assert_close(model.k_proj.weight, qkv.weight[16:20])
-    # o_proj reads a column slice of q,k,v: a strided view; with one row it is dense and our kernel takes it
     calls = {layer.name: layer.calls for layer in rep.layers}
-    assert calls["o_proj"] == ({"autotune": 1} if rows == 1 else {"torch": 1})
-    assert calls["q_proj_k_proj_v_proj"] == calls["down_proj"] == {"autotune": 1}
+    if rows <= MERGE_MAX_ROWS:
+        # o_proj reads a column slice of q,k,v: a strided view; with one row it is dense and our kernel takes it
+        assert calls["o_proj"] == ({"autotune": 1} if rows == 1 else {"torch": 1})
+        assert calls["q_proj_k_proj_v_proj.merged"] == calls["down_proj"] == {"autotune": 1}
+        assert calls["q_proj_k_proj_v_proj.parts.k_proj"] == {}
+    else:
+        assert calls["o_proj"] == calls["q_proj_k_proj_v_proj.parts.k_proj"] == {"autotune": 1}
+        assert calls["q_proj_k_proj_v_proj.merged"] == {}
 
 
 def test_linears_whose_output_is_reshaped_are_not_merged():
