@@ -18,6 +18,7 @@ A model that ``torch.fx`` cannot trace is served unfused; the reason is kept in 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 from collections import Counter
@@ -204,6 +205,8 @@ def fuse(model: Any) -> tuple[Any, Fusion]:
     when there is nothing to rewrite or it cannot be traced; and what was done."""
     if model.training:
         return model, Fusion(skipped="the model is in training mode (fusion is for inference: call .eval())")
+    if (why := _untraceable_signature(model)) is not None:
+        return model, Fusion(skipped=why)
     try:
         gm = fx.GraphModule(model, _Tracer().trace(model), type(model).__name__)
     except Exception as exc:  # noqa: BLE001 - any model must still be served: unfused
@@ -230,6 +233,19 @@ def _is_add(node: Any) -> bool:
     if node.op == "call_function":
         return node.target in ADD_FUNCTIONS
     return node.op == "call_method" and node.target in ADD_METHODS
+
+
+def _untraceable_signature(model: Any) -> str | None:
+    """Why tracing ``model`` could change what it computes: torch.fx fixes every argument but tensors (a default
+    of None traced as a tensor, a flag traced at one value), so only a forward of one tensor is traced."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return "its forward's signature cannot be read"
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) != 1 or params[0].kind not in plain or params[0].default is not inspect.Parameter.empty:
+        return "its forward takes more than one input (tracing would fix the others' values)"
+    return None
 
 
 class _Tracer(fx.Tracer):

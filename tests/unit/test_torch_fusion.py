@@ -275,3 +275,23 @@ def test_the_epilogue_kernel_compiles_without_spills(dtype):
     with pytest.raises(ValueError, match="not bfloat16"):
         ep.context("bfloat16")
     assert ep.grid(1, 132) == (1, 1, 1) and ep.grid(10**9, 132) == (132 * ep.BLOCKS_PER_SM, 1, 1)
+
+
+def test_a_forward_with_more_than_one_input_is_not_traced():
+    """torch.fx would trace ``mask=None`` as a tensor and the rewritten model would fail without one."""
+    import autotune.torch as at
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+        def forward(self, x, mask=None):
+            y = F.relu(self.bn(self.conv(x)))
+            return y if mask is None else y * mask
+
+    model = Masked().eval()
+    opt = at.optimize(model, backend=CPUBackend())
+    assert opt is model and "more than one input" in at.report(opt).fusion
+    with torch.no_grad():
+        assert opt(torch.randn(1, 3, 6, 6)).shape == (1, 4, 4, 4)
