@@ -9,7 +9,8 @@ cores' sums into fp32 registers every ROUND rows of K. Blocks are persistent and
 of its SPLITS = min(SPLIT_K, ceil(K / 32)) runs of K's stages. With SPLITS > 1 every warp stores its rows' sums as
 a fp32 partial and counts itself on a (tile, warp) counter; the last to arrive sums the partials in split order
 (deterministic), applies alpha and beta and stores C. With PREFETCH a producer loads its next stage into a second
-set of registers before it stores the current one (at most three warpgroups: 168 registers a thread). SPLIT_K
+set of registers before it stores the current one (at most three warpgroups; with 128 x 128 tiles setmaxnreg moves
+registers from the consumers to the producer). SPLIT_K
 (1) and PREFETCH (False) may be absent from a configuration (they came after the first probes). Every check here
 is mirrored by a ``static_assert`` in the template.
 
@@ -84,9 +85,9 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "RASTER must be at least 1"
     if not 1 <= opt(p, "SPLIT_K") <= MAX_SPLIT_K:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
-    if opt(p, "PREFETCH") and (p["PRODUCERS"] + p["CONSUMERS"] > 3 or 64 * p["CONSUMERS"] + p["BN"] > 192):
-        # two stages of a 128 x 128 tile's loads are 128 registers a producer thread: ptxas spilled 64-120 bytes
-        return "PREFETCH needs at most three warpgroups and 64 * CONSUMERS + BN <= 192 (two stages of loads)"
+    if opt(p, "PREFETCH") and p["PRODUCERS"] + p["CONSUMERS"] > 3:
+        # two stages of loads a producer thread: with 128 x 128 tiles 128 registers, which fit only at 184 (setmaxnreg)
+        return "PREFETCH needs at most three warpgroups (two stages of loads a producer thread; 128 registers each)"
     d = derived(p)
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block

@@ -43,7 +43,8 @@ CONFIGS = [
     dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
     dict(T, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4),
     dict(T, BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=256),
-    # PREFETCH: a producer's next stage loaded before the current one is stored (tiles of BM + BN <= 192)
+    # PREFETCH: a producer's next stage loaded before the current one is stored (128 x 128 tiles: setmaxnreg)
+    dict(T, PREFETCH=True),
     dict(T, CONSUMERS=1, STAGES=4, PREFETCH=True),
     dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True),
     dict(T, BN=64, STAGES=4, PREFETCH=True),
@@ -54,6 +55,7 @@ SPLIT_BASES = [
     dict(T, BN=64, PRODUCERS=2, STAGES=4),
     dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
     dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True),
+    dict(T, PREFETCH=True),
 ]
 SPLITS = [2, 3, 4, 6, 8]
 
