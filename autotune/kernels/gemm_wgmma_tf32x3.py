@@ -8,8 +8,11 @@ each run ``wgmma.mma_async`` m64n{BN}k8 .tf32 three times per product (lo*hi, hi
 cores' sums into fp32 registers every ROUND rows of K. Blocks are persistent and walk work units: a tile and one
 of its SPLITS = min(SPLIT_K, ceil(K / 32)) runs of K's stages. With SPLITS > 1 every warp stores its rows' sums as
 a fp32 partial and counts itself on a (tile, warp) counter; the last to arrive sums the partials in split order
-(deterministic), applies alpha and beta and stores C. Every check here is mirrored by a ``static_assert`` in the
-template.
+(deterministic), applies alpha and beta and stores C. With PREFETCH a producer loads its next stage into a second
+set of registers before it stores the current one (at most three warpgroups; with 128 x 128 tiles setmaxnreg moves
+registers from the consumers to the producer). SPLIT_K
+(1) and PREFETCH (False) may be absent from a configuration (they came after the first probes). Every check here
+is mirrored by a ``static_assert`` in the template.
 
 Example::
 
@@ -30,7 +33,9 @@ from .base import Launch, Params
 from .gemm_problem import SPLIT_K_ABI, GemmTemplate
 from .gemm_problem import GemmProblem as GemmProblem  # the docstring example's problem
 
-PARAMS = ("BN", "PRODUCERS", "CONSUMERS", "STAGES", "ROUND", "RASTER", "SPLIT_K")
+PARAMS = ("BN", "PRODUCERS", "CONSUMERS", "STAGES", "ROUND", "RASTER", "SPLIT_K", "PREFETCH")
+KINDS: tuple[tuple[str, str], ...] = (("PREFETCH", "bool"),)
+DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT_K", 1), ("PREFETCH", False))  # added after the first probes
 DESCRIPTION = (
     "sm_90a 3xTF32 warpgroup MMA (wgmma) for fp32 at fp32 accuracy, producer-split operands, persistent, split-K"
 )
@@ -44,11 +49,17 @@ MAX_SPLIT_K = 32
 MAX_PARTIAL_BYTES = 512 * 1024 * 1024  # split-K partial tiles in scratch
 
 
+def opt(params: Params, name: str) -> Any:
+    """A parameter with a default (SPLIT_K, PREFETCH): its value, or the default where a configuration lacks it."""
+    return params.get(name, dict(DEFAULTS)[name])
+
+
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     p = params
     stage = 2 * (64 * p["CONSUMERS"] + p["BN"]) * BK * 4  # hi and lo of A's and B's tiles
     return {"THREADS": 128 * (p["PRODUCERS"] + p["CONSUMERS"]),
-            "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"]}  # fmt: skip
+            "SHARED_BYTES": p["STAGES"] * stage + 1024 + 16 * p["STAGES"],
+            "SPLIT_K": opt(p, "SPLIT_K"), "PREFETCH": bool(opt(p, "PREFETCH"))}  # fmt: skip
 
 
 def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
@@ -72,8 +83,11 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"ROUND must be a multiple of {BK} rows from {2 * BK} to {MAX_ROUND}"
     if p["RASTER"] < 1:
         return "RASTER must be at least 1"
-    if not 1 <= p["SPLIT_K"] <= MAX_SPLIT_K:
+    if not 1 <= opt(p, "SPLIT_K") <= MAX_SPLIT_K:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
+    if opt(p, "PREFETCH") and p["PRODUCERS"] + p["CONSUMERS"] > 3:
+        # two stages of loads a producer thread: with 128 x 128 tiles 128 registers, which fit only at 184 (setmaxnreg)
+        return "PREFETCH needs at most three warpgroups (two stages of loads a producer thread; 128 registers each)"
     d = derived(p)
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
@@ -96,7 +110,7 @@ def tiles(params: Params, problem: Any) -> int:
 
 def splits(params: Params, problem: Any) -> int:
     """Units a tile: SPLIT_K, or one per stage of K where K has fewer (the kernel computes the same)."""
-    return min(params["SPLIT_K"], -(-problem.K // BK))
+    return min(opt(params, "SPLIT_K"), -(-problem.K // BK))
 
 
 def units(params: Params, problem: Any) -> int:
@@ -127,6 +141,8 @@ class WgmmaTf32x3Template(GemmTemplate):
     params = PARAMS
     dtypes = DTYPES
     layouts = LAYOUTS
+    kinds = KINDS
+    defaults = DEFAULTS
     description = DESCRIPTION
     arch = "sm_90a"
     arch_note = (

@@ -3,9 +3,9 @@ the same inputs, normal and with a wide dynamic range.
 
     python3 benchmarks/probes/probe_tf32x3.py [--shapes 4096x4096x4096 ...] [--splits 2 4 ...] [--out FILE]
 
-Configurations: CONFIGS (one split), then each of SPLIT_BASES with SPLIT_K in --splits, skipped where a tile
-already has a unit for each of the GPU's SMs twice over (split-K there only adds partial traffic) unless
---all-splits; the JSON keeps every configuration's time next to the fastest.
+Configurations: CONFIGS (one split each, some with PREFETCH), then each of SPLIT_BASES with every SPLIT_K of
+--splits, left out where the problem has at least two tiles per SM (there split-K only adds partial traffic)
+unless --all-splits; the JSON keeps every configuration's time next to the fastest.
 
 Time: each configuration verified against float64 with the fp32 tolerance first, then the median of event-timed
 launches with L2 flushed before each (autotune.measure.evaluate); cuBLAS is cupy.matmul, timed the same way.
@@ -43,8 +43,20 @@ CONFIGS = [
     dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
     dict(T, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4),
     dict(T, BN=64, PRODUCERS=1, CONSUMERS=1, STAGES=2, ROUND=256),
+    # PREFETCH: a producer's next stage loaded before the current one is stored (128 x 128 tiles: setmaxnreg)
+    dict(T, PREFETCH=True),
+    dict(T, CONSUMERS=1, STAGES=4, PREFETCH=True),
+    dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True),
+    dict(T, BN=64, STAGES=4, PREFETCH=True),
+    dict(T, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True),
 ]
-SPLIT_BASES = [T, dict(T, BN=64, PRODUCERS=2, STAGES=4), dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4)]
+SPLIT_BASES = [
+    T,
+    dict(T, BN=64, PRODUCERS=2, STAGES=4),
+    dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4),
+    dict(T, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True),
+    dict(T, PREFETCH=True),
+]
 SPLITS = [2, 3, 4, 6, 8]
 
 

@@ -91,6 +91,14 @@ TF32X3 = [
     dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=4),
     dict(BN=64, PRODUCERS=2, CONSUMERS=2, STAGES=4, ROUND=128, RASTER=3, SPLIT_K=3),
     dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=4, ROUND=64, RASTER=1, SPLIT_K=7),
+    # PREFETCH (a producer's next stage loaded before the current one is stored): one producer, two taking turns
+    # (each walks every second stage, across units), with split-K, and 128 x 128 tiles (setmaxnreg: the producer
+    # at 184 registers, the consumers at 160)
+    dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=1, PREFETCH=True),
+    dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=128, RASTER=3, SPLIT_K=4, PREFETCH=True),
+    dict(BN=128, PRODUCERS=1, CONSUMERS=1, STAGES=4, ROUND=256, RASTER=8, SPLIT_K=1, PREFETCH=True),
+    dict(BN=128, PRODUCERS=2, CONSUMERS=1, STAGES=3, ROUND=128, RASTER=1, SPLIT_K=3, PREFETCH=True),
+    dict(BN=64, PRODUCERS=1, CONSUMERS=2, STAGES=4, ROUND=64, RASTER=16, SPLIT_K=5, PREFETCH=True),
 ]
 # odd extents and leading dimensions (scalar loads), K shorter than a stage, one stage, a few windows
 TF32X3_SHAPES = [(1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1000, 1000), (128, 4096, 4096), (4095, 4097, 4093)]
@@ -98,7 +106,12 @@ TF32X3_SHAPES = [(1, 1, 1), (37, 91, 13), (129, 257, 65), (1000, 1000, 1000), (1
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize(
-    "params", TF32X3, ids=lambda p: "bn{BN}-p{PRODUCERS}-c{CONSUMERS}-s{STAGES}-r{ROUND}-sk{SPLIT_K}".format(**p)
+    "params",
+    TF32X3,
+    ids=lambda p: (
+        "bn{BN}-p{PRODUCERS}-c{CONSUMERS}-s{STAGES}-r{ROUND}-sk{SPLIT_K}".format(**p)
+        + ("-pf" if p.get("PREFETCH") else "")
+    ),
 )
 def test_wgmma_tf32x3_meets_the_float32_tolerance(settings, layout, params):
     _needs_sm90(settings)
@@ -110,7 +123,7 @@ def test_wgmma_tf32x3_relaunches_with_alpha_beta(settings):
     """With split-K the last warp of a tile applies alpha and beta and leaves its counter zero, so a second launch
     on the same scratch sums right too."""
     _needs_sm90(settings)
-    for layout, params in (("NN", TF32X3[0]), ("TN", TF32X3[0]), ("NT", TF32X3[4]), ("TT", TF32X3[6])):
+    for layout, params in (("NN", TF32X3[0]), ("TN", TF32X3[8]), ("NT", TF32X3[10]), ("TT", TF32X3[6])):
         problem = GEMM.problem([300, 1001, 2999], "float32", layout)
         errors = _launch_twice(settings, "wgmma_tf32x3", params, problem, alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for("float32") for e in errors), (layout, params, errors)

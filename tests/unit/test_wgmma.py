@@ -149,7 +149,7 @@ def test_decode_grid_and_split_k_scratch():
     assert wd.scratch(dict(DECODE, SPLIT_K=1), p) == (0, 0)
 
 
-TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=1)
+TF32X3 = dict(BN=128, PRODUCERS=1, CONSUMERS=2, STAGES=3, ROUND=256, RASTER=8, SPLIT_K=1, PREFETCH=False)
 
 
 def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
@@ -164,19 +164,31 @@ def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
         (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
         (dict(TF32X3, SPLIT_K=4), "NN", (128, 4096, 4096)),
         (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=2), "NT", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4, SPLIT_K=3), "TN", (1000, 1000, 1000)),
+        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4, SPLIT_K=3), "NT", (4095, 4097, 4093)),
+        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4), "NN", (4095, 4097, 4093)),
         (dict(TF32X3, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4, SPLIT_K=32), "TT", (1000, 1000, 1000)),
+        (dict(TF32X3, CONSUMERS=1, PREFETCH=True), "NN", (4096, 4096, 4096)),
+        (dict(TF32X3, PREFETCH=True), "NN", (4096, 4096, 4096)),  # setmaxnreg: the producer at 184 registers
+        (dict(TF32X3, SPLIT_K=3, PREFETCH=True), "TT", (4095, 4097, 4093)),
+        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=4, PREFETCH=True), "TN", (128, 4096, 4096)),
+        (dict(TF32X3, BN=64, SPLIT_K=2, PREFETCH=True), "NT", (4095, 4097, 4093)),
+        (dict(TF32X3, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True), "TT", (1000, 1000, 1000)),
     ],  # fmt: skip
 )
 def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layout, shape):
-    """Aligned and misaligned variants (16-byte loads or scalar ones) in every layout, with and without split-K.
-    (Four warpgroups, 128 registers a thread, spill 8-20 bytes in NN and NT on misaligned rows, split-K or not.)"""
+    """Aligned and misaligned variants (16-byte loads or scalar ones) in every layout, with and without split-K
+    and PREFETCH (two stages of loads a producer thread). Four warpgroups, and PREFETCH of 128 x 128 tiles, move
+    registers from the consumers to the producers (setmaxnreg): at an even share they spilled 8-120 bytes. Their
+    shares add up to the launch's registers a thread only if the kernel starts at the launch bound's maximum."""
     assert wt.check(params) is None
     r = rendered_tf32x3(params, layout, shape)
     c = compile_source(r.source, r.kernel_name, "sm_90")
     assert c.ok, c.error
     assert c.spills == 0
     assert "serialized" not in c.log
+    warpgroups = params["PRODUCERS"] + params["CONSUMERS"]
+    if warpgroups == 4 or (params["PREFETCH"] and 64 * params["CONSUMERS"] + params["BN"] > 192):
+        assert c.registers == (128 if warpgroups == 4 else 168)
 
 
 @pytest.mark.parametrize(
@@ -192,6 +204,7 @@ def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layou
         (dict(RASTER=0), ["RASTER"]),
         (dict(SPLIT_K=0), ["SPLIT_K"]),
         (dict(SPLIT_K=33), ["SPLIT_K"]),
+        (dict(BN=64, PRODUCERS=2, PREFETCH=True), ["PREFETCH", "three warpgroups"]),
     ],  # fmt: skip
 )
 def test_a_broken_tf32x3_configuration_is_refused_by_the_check_and_the_template(change, words):
@@ -256,3 +269,16 @@ def test_the_main_fp32_spec_searches_three_templates_from_valid_starting_points(
             assert reason is None or ("512 MiB" in reason and problem.M * problem.N >= 4096**2), (params, reason)
         started.add((params["TEMPLATE"], params.get("SPLIT_K", 1) > 1))
     assert {("simt", False), ("skinny_wgmma", True), ("wgmma_tf32x3", False), ("wgmma_tf32x3", True)} <= started
+
+
+def test_tf32x3_configurations_stored_before_split_k_and_prefetch_keep_their_kernel_names():
+    """SPLIT_K and PREFETCH have defaults (1, False): a configuration without them is valid, renders the same source
+    as one at the defaults, and its kernel name lists neither."""
+    old = {k: v for k, v in TF32X3.items() if k not in ("SPLIT_K", "PREFETCH")}
+    problem = GEMM.problem("1000x1000x1000", "float32")
+    assert wt.check(old) is None and wt.scratch(old, problem) == (0, 0)
+    name = GEMM.kernel_name("wgmma_tf32x3", old, problem)
+    assert name == GEMM.kernel_name("wgmma_tf32x3", TF32X3, problem)
+    assert "split_k" not in name and "prefetch" not in name
+    assert rendered_tf32x3(old).source == rendered_tf32x3(TF32X3).source
+    assert "split_k4" in GEMM.kernel_name("wgmma_tf32x3", dict(TF32X3, SPLIT_K=4), problem)
