@@ -11,7 +11,7 @@ from typing import Any
 from .core.errors import AutotuneError
 from .core.limits import for_arch
 
-COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --limit may render (gemm.yaml: 103,680)
+COMPILE_ALL_LIMIT = 500_000  # configurations a --compile-only run without --limit may render (gemm_simt.yaml: 103,680)
 
 
 def compile_only(spec: Any, args: argparse.Namespace, current_gpu: Callable[[str], Any]) -> int:
