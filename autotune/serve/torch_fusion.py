@@ -9,7 +9,7 @@ The model is traced with ``torch.fx``; in the traced copy
 
 A ``FusedConv2d`` is routed like any ``nn.Conv2d``: our kernel computes the convolution without the bias and
 ``finish`` adds the bias and the residual and applies the ReLU in place, one kernel on the GPU
-(``autotune.serve.epilogue``); its own ``forward`` (the vendor route) runs cuDNN's fused
+(``autotune.serve.elementwise``); its own ``forward`` (the vendor route) runs cuDNN's fused
 convolution-bias-add-ReLU (``torch.cudnn_convolution_add_relu``) where that is faster than cuDNN's convolution
 followed by ``finish`` on the input it sees (raced once per input signature, like the drop-in's own race). The
 model passed in is not changed by the rewrite: folded convolutions are new modules, the others are shared.
@@ -58,15 +58,17 @@ class Fusion:
     relu: int = 0
     add_relu: int = 0
     merged_linear: int = 0  # Linears merged into another that reads the same input
+    silu_mul: int = 0  # silu(a) * b computed in one pass
     skipped: str = ""
 
     def __str__(self) -> str:
         if self.skipped:
             return f"graph not rewritten: {self.skipped}"
-        if not (self.folded_bn or self.relu or self.add_relu or self.merged_linear):
+        if not (self.folded_bn or self.relu or self.add_relu or self.merged_linear or self.silu_mul):
             return "graph not rewritten: nothing to fold, fuse or merge"
         return (f"{self.folded_bn} BatchNorm folded, {self.relu} conv+ReLU and {self.add_relu} conv+add+ReLU fused, "
-                f"{self.merged_linear} Linear merged into one reading the same input")  # fmt: skip
+                f"{self.merged_linear} Linear merged into one reading the same input, {self.silu_mul} silu(a)*b "
+                "in one pass")  # fmt: skip
 
 
 class FusedConv2d(nn.Conv2d):
@@ -95,7 +97,7 @@ class FusedConv2d(nn.Conv2d):
 
     def finish(self, out: Any, z: Any = None) -> Any:
         """The epilogue after the convolution computed without its bias: ``+ bias``, ``+ z`` and the ReLU, in
-        place on ``out``; on the GPU one kernel (``autotune.serve.epilogue``) where it takes the tensors, else
+        place on ``out``; on the GPU one kernel (``autotune.serve.elementwise``) where it takes the tensors, else
         torch's ops."""
         global _epilogue_broken
         z = z if self.residual else None
@@ -103,9 +105,9 @@ class FusedConv2d(nn.Conv2d):
             nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
             if nhwc or out.is_contiguous():
                 try:
-                    from . import epilogue
+                    from . import elementwise
 
-                    if epilogue.apply(out, self.bias, z, self.relu, nhwc):
+                    if elementwise.conv_epilogue(out, self.bias, z, self.relu, nhwc):
                         return out
                 except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on
                     log.warning("autotune.torch: the convolution epilogue kernel failed, torch's ops run it: %s", exc)
@@ -179,6 +181,19 @@ class MergedLinears(nn.Module):
         return tuple(part(x) for part in self.parts.values())
 
 
+def silu_mul(a: Any, b: Any) -> Any:
+    """``silu(a) * b``: one kernel on the GPU where it takes the tensors (``autotune.serve.elementwise``), else
+    torch's two ops. The rewritten graph calls this for ``F.silu(a) * b`` (a SwiGLU MLP's gate)."""
+    if a.is_cuda and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
+        from . import elementwise
+
+        if not _epilogue_broken:
+            out = elementwise.silu_mul(a, b)
+            if out is not None:
+                return out
+    return nn.functional.silu(a) * b
+
+
 def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> FusedConv2d:
     """``conv`` followed by ``bn`` (eval mode, running statistics) as one convolution with a bias."""
     with torch.no_grad():
@@ -218,12 +233,13 @@ def fuse(model: Any) -> tuple[Any, Fusion]:
     add_relu = rewrite.fuse_add_relus()  # before the plain ReLUs: relu(conv + z) is no ReLU of a convolution
     relu = rewrite.fuse_relus()
     merged = rewrite.merge_linears()
-    if not (folded or relu or add_relu or merged):
+    swiglu = rewrite.fuse_silu_muls()
+    if not (folded or relu or add_relu or merged or swiglu):
         return model, Fusion()
     gm.graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()
-    return gm, Fusion(folded, relu, add_relu, merged)
+    return gm, Fusion(folded, relu, add_relu, merged, swiglu)
 
 
 def _is_add(node: Any) -> bool:
@@ -354,6 +370,38 @@ class _Rewrite:
             self.graph.erase_node(node)
             done += 1
         return done
+
+    def fuse_silu_muls(self) -> int:
+        """``F.silu(a) * b`` (or ``b * F.silu(a)``, or ``nn.SiLU``) where the silu has no other user ->
+        ``silu_mul(a, b)``."""
+        done = 0
+        for node in list(self.graph.nodes):
+            if not (node.op == "call_function" and node.target in (operator.mul, torch.mul)):
+                continue
+            if len(node.args) != 2 or node.kwargs:
+                continue
+            for s, other in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+                a = self.silu_input(s)
+                if a is None or len(s.users) != 1 or not isinstance(other, fx.Node):
+                    continue
+                with self.graph.inserting_before(node):
+                    new = self.graph.call_function(silu_mul, (a, other))
+                node.replace_all_uses_with(new)
+                self.graph.erase_node(node)
+                self.graph.erase_node(s)
+                done += 1
+                break
+        return done
+
+    def silu_input(self, node: Any) -> Any:
+        """The tensor a SiLU node takes (None if ``node`` is no SiLU, or an in-place one)."""
+        if not isinstance(node, fx.Node):
+            return None
+        if node.op == "call_module" and isinstance(self.modules.get(node.target), nn.SiLU) and len(node.args) == 1:
+            return node.args[0]
+        if node.op == "call_function" and node.target is nn.functional.silu and len(node.args) == 1:
+            return node.args[0] if not node.kwargs.get("inplace", False) else None
+        return None
 
     # --- Linears that read the same input ----------------------------------------------------------------------
 

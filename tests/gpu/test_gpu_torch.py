@@ -218,7 +218,7 @@ def test_a_fused_resnet_model_matches_torch_and_replays_in_a_cuda_graph(torch, s
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("terms", ["bias", "bias+relu", "bias+z+relu", "z"])
 def test_the_epilogue_kernel_matches_torchs_ops(torch, dtype, channels_last, terms):
-    from autotune.serve import epilogue
+    from autotune.serve import elementwise
 
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
@@ -229,10 +229,10 @@ def test_the_epilogue_kernel_matches_torchs_ops(torch, dtype, channels_last, ter
     want = y.float() + (bias.float().view(1, -1, 1, 1) if bias is not None else 0) + (z.float() if z is not None else 0)
     if "relu" in terms:
         want = want.relu()
-    assert epilogue.apply(y, bias, z, "relu" in terms, channels_last)
+    assert elementwise.conv_epilogue(y, bias, z, "relu" in terms, channels_last)
     torch.cuda.synchronize()
     torch.testing.assert_close(y.float(), want, rtol=1e-3 if dtype == "float16" else 1e-6, atol=1e-3)
-    assert not epilogue.apply(
+    assert not elementwise.conv_epilogue(
         y,
         bias,
         torch.randn(3, 37, 9, 11, device="cuda", dtype=dt).to(
@@ -241,3 +241,21 @@ def test_the_epilogue_kernel_matches_torchs_ops(torch, dtype, channels_last, ter
         True,
         channels_last,
     )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape, split", [((1, 64), True), ((5, 3, 48), True), ((7, 40), False)])
+def test_the_silu_mul_kernel_matches_torch_on_column_slices(torch, dtype, shape, split):
+    from autotune.serve import elementwise
+
+    torch.manual_seed(1)
+    dt = getattr(torch, dtype)
+    if split:  # a and b: the two halves of one merged output, rows 2 * cols apart
+        a, b = torch.randn(*shape[:-1], 2 * shape[-1], device="cuda", dtype=dt).chunk(2, dim=-1)
+    else:
+        a, b = (torch.randn(shape, device="cuda", dtype=dt) for _ in range(2))
+    out = elementwise.silu_mul(a, b)
+    assert out is not None and out.is_contiguous() and out.shape == a.shape
+    want = torch.nn.functional.silu(a.float()) * b.float()
+    torch.testing.assert_close(out.float(), want, rtol={"float32": 1e-5}.get(dtype, 1e-2), atol=1e-2)
+    assert elementwise.silu_mul(a, b.t() if b.dim() == 2 else b[..., ::2]) is None  # shapes or strides it refuses

@@ -263,35 +263,48 @@ def test_linears_whose_output_is_reshaped_are_not_merged():
     assert fused is model and done.merged_linear == 0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_the_epilogue_kernel_compiles_without_spills(dtype):
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_elementwise_kernels_compile_without_spills(dtype):
     from autotune.build.compiler import compile_source
     from autotune.build.templates import render_file
-    from autotune.kernels import conv_epilogue as ep
+    from autotune.kernels import elementwise as ew
 
-    r = compile_source(render_file(ep.TEMPLATE, ep.context(dtype)), ep.KERNEL_NAME, "sm_90")
-    assert r.ok, r.error
-    assert r.spills == 0 and r.registers <= 64
-    with pytest.raises(ValueError, match="not bfloat16"):
-        ep.context("bfloat16")
-    assert ep.grid(1, 132) == (1, 1, 1) and ep.grid(10**9, 132) == (132 * ep.BLOCKS_PER_SM, 1, 1)
+    for kernel in ew.KERNELS:
+        if dtype not in kernel.dtypes:
+            with pytest.raises(ValueError, match=f"not {dtype}"):
+                kernel.context(dtype)
+            continue
+        r = compile_source(render_file(kernel.template, kernel.context(dtype)), kernel.kernel_name, "sm_90")
+        assert r.ok, r.error
+        assert r.spills == 0 and r.registers <= 64
+    assert ew.grid(1, 132) == (1, 1, 1) and ew.grid(10**9, 132) == (132 * ew.BLOCKS_PER_SM, 1, 1)
 
 
-def test_a_forward_with_more_than_one_input_is_not_traced():
-    """torch.fx would trace ``mask=None`` as a tensor and the rewritten model would fail without one."""
-    import autotune.torch as at
+def test_silu_times_a_tensor_becomes_one_call_and_computes_the_same():
+    from autotune.serve.torch_fusion import fuse, silu_mul
 
-    class Masked(nn.Module):
+    torch.manual_seed(6)
+    model = Projections().eval()
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        want = model(x)
+        fused, done = fuse(model)
+        torch.testing.assert_close(fused(x), want, rtol=1e-5, atol=1e-5)
+    assert done.silu_mul == 1
+    targets = [n.target for n in fused.graph.nodes if n.op == "call_function"]
+    assert silu_mul in targets and F.silu not in targets
+
+    class Module(nn.Module):  # nn.SiLU, the silu on the right, and one whose result is also used alone
         def __init__(self):
             super().__init__()
-            self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+            self.act = nn.SiLU()
 
-        def forward(self, x, mask=None):
-            y = F.relu(self.bn(self.conv(x)))
-            return y if mask is None else y * mask
+        def forward(self, x):
+            kept = F.silu(x + 1)
+            return x * self.act(x) + kept * x + kept
 
-    model = Masked().eval()
-    opt = at.optimize(model, backend=CPUBackend())
-    assert opt is model and "more than one input" in at.report(opt).fusion
-    with torch.no_grad():
-        assert opt(torch.randn(1, 3, 6, 6)).shape == (1, 4, 4, 4)
+    model = Module().eval()
+    fused, done = fuse(model)
+    assert done.silu_mul == 1
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(fused(x), model(x))

@@ -1,0 +1,108 @@
+"""The drop-in's elementwise kernels on the GPU (``autotune.kernels.elementwise``): compiled once per kernel, dtype
+and device, launched on torch tensors' device pointers on torch's current stream (so CUDA graphs capture them like
+the GEMM or convolution before them). Each function returns False or None, launching nothing, where its kernel does
+not take the call (another dtype, a layout it does not read); the caller then uses torch's ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..build.compiler import compile_source
+from ..build.templates import render_file
+from ..kernels.elementwise import EPILOGUE, SILU_MUL, THREADS, Elementwise, grid
+from ..measure import streams
+from ..measure.evaluate import load_kernel
+
+_loaded: dict[tuple[str, str, int], tuple[Any, int]] = {}
+
+
+def _function(kernel: Elementwise, dtype: str, device: int) -> tuple[Any, int] | None:
+    """The loaded kernel for ``dtype`` on ``device`` and the device's SM count; None while a CUDA graph is being
+    captured and it is not loaded yet (loading a module is no call to make inside a capture)."""
+    key = (kernel.kernel_name, dtype, device)
+    got = _loaded.get(key)
+    if got is None:
+        if streams.capturing():
+            return None
+        got = _loaded[key] = _load(kernel, dtype, device)
+    return got
+
+
+def _load(kernel: Elementwise, dtype: str, device: int) -> tuple[Any, int]:
+    import cupy as cp
+
+    with cp.cuda.Device(device) as dev:
+        source = render_file(kernel.template, kernel.context(dtype))
+        compiled = compile_source(source, kernel.kernel_name, f"sm_{dev.compute_capability}")
+        if not compiled.ok:
+            raise RuntimeError(f"the {kernel.kernel_name} kernel did not compile: {compiled.error}")
+        return load_kernel(compiled, 0), dev.attributes["MultiProcessorCount"]
+
+
+def _dtype(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def conv_epilogue(y: Any, bias: Any, z: Any, relu: bool, nhwc: bool) -> bool:
+    """``y = relu(y + bias + z)`` in place (torch tensors; ``bias`` [K] or None, ``z`` like ``y`` or None)."""
+    import numpy as np
+
+    dtype = _dtype(y)
+    if dtype not in EPILOGUE.dtypes or any(t is not None and t.dtype != y.dtype for t in (bias, z)):
+        return False
+    if z is not None and (z.shape != y.shape or z.stride() != y.stride() or z.get_device() != y.get_device()):
+        return False
+    if bias is not None and (not bias.is_contiguous() or bias.get_device() != y.get_device()):
+        return False
+    device = y.get_device()
+    loaded = _function(EPILOGUE, dtype, device)
+    if loaded is None:
+        return False
+    fn, sms = loaded
+    _, k, p, q = y.shape
+    total = y.numel()
+    args = (np.uint64(y.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
+            np.uint64(0 if z is None else z.data_ptr()), np.int64(total), np.int32(k), np.int32(p * q),
+            np.int32(nhwc), np.int32(relu))  # fmt: skip
+    fn(grid(total, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
+    return True
+
+
+def _row_stride(t: Any) -> int | None:
+    """The distance between rows of ``t`` seen as [rows, last dim] with dense rows, or None when its rows are not
+    evenly spaced that way."""
+    if t.dim() == 0 or t.stride(-1) != 1:
+        return None
+    if t.dim() == 1:
+        return t.shape[-1]
+    ld = t.stride(-2)
+    for i in range(t.dim() - 2):
+        if t.shape[i] > 1 and t.stride(i) != t.stride(i + 1) * t.shape[i + 1]:
+            return None
+    return ld
+
+
+def silu_mul(a: Any, b: Any) -> Any:
+    """``silu(a) * b`` as a new dense tensor, or None where the kernel does not take ``a`` and ``b``."""
+    import numpy as np
+
+    dtype = _dtype(a)
+    if dtype not in SILU_MUL.dtypes or b.dtype != a.dtype or b.shape != a.shape or a.numel() == 0:
+        return None
+    lda, ldb = _row_stride(a), _row_stride(b)
+    device = a.get_device()
+    if lda is None or ldb is None or device < 0 or b.get_device() != device:
+        return None
+    loaded = _function(SILU_MUL, dtype, device)
+    if loaded is None:
+        return None
+    import torch
+
+    fn, sms = loaded
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    cols = a.shape[-1]
+    rows = a.numel() // cols
+    args = (np.uint64(out.data_ptr()), np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.int64(rows),
+            np.int32(cols), np.int64(lda), np.int64(ldb))  # fmt: skip
+    fn(grid(rows * cols, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
+    return out
