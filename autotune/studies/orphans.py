@@ -6,9 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from datetime import datetime
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+UNMARKED_S = 30.0  # how long a running trial with no owner may be waiting for its worker to mark it
 
 
 def _pid_alive(pid: int) -> bool:
@@ -28,10 +31,13 @@ def orphan_reason(trial: Any, host: str | None = None) -> str | None:
     :func:`autotune.tune.search._ask_owned`). A trial with no owner was asked by a process killed before it could
     mark it (an older autotune asked first and marked later); a trial whose owner on this host is gone was
     interrupted.
-    Owners on other hosts cannot be checked from here and are left alone.
+    Owners on other hosts cannot be checked from here and are left alone. A trial with no owner is given
+    UNMARKED_S to get one (a retried configuration's waiting trial, just taken by a worker).
     """
     owner = trial.user_attrs.get("owner")
     if not owner:
+        if trial.datetime_start and (datetime.now() - trial.datetime_start).total_seconds() < UNMARKED_S:
+            return None  # a waiting trial just taken by a worker that is about to mark it
         return "interrupted: its process ended before it marked the trial as its own"
     h, _, pid = str(owner).rpartition(":")
     if h == (host or socket.gethostname()) and pid.isdigit() and not _pid_alive(int(pid)):
@@ -65,7 +71,10 @@ def failed_orphans(study: Any, storage: Any) -> list[Any]:
             storage.set_trial_user_attr(trial_id, "result", {"reason": reason})
         except UpdateFinishedTrialError:  # another process starting at the same time failed it first
             continue
-        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        try:
+            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+        except UpdateFinishedTrialError:  # another process failed it between the two writes
+            continue
         failed.append(t)
     if failed:
         log.warning("%s: %d interrupted trial(s) marked failed", study.study_name, len(failed))
