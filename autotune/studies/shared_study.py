@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 4.0  # how often a worker looks for stale or orphaned trials of other workers
 SETTLE_BATCH, SETTLE_S = 4, 0.5  # claims decided together: this many, or the oldest waited this long
+QUIET_S = 1.0  # a worker out of candidates ends its search once the study has looked finished this long
 
 
 def retry(study: Any, trial: Any) -> None:
@@ -98,6 +99,7 @@ class Claims(FinalRetiming):
         self._stop = threading.Event()
         self._last_maintained = 0.0
         self._busy_since: float | None = None
+        self._idle_since: float | None = None
         self._thread = None
         if self.heartbeat is not None:
             self._thread = threading.Thread(target=self._beat, name="autotune-heartbeat", daemon=True)
@@ -159,7 +161,7 @@ class Claims(FinalRetiming):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(self.study)  # the storage's callback (retry) enqueues each
-        for t in failed_orphans(self.study, self.storage):
+        for t in failed_orphans(self.study, self.storage, shared=True):
             retry(self.study, t)
 
     def sync(self, state: Any) -> list[Any]:
@@ -168,11 +170,12 @@ class Claims(FinalRetiming):
 
         self.flush()  # this worker's results first: other workers may be waiting for them
         self.maintain()
-        running, held, retries, elsewhere = [], set(), 0, 0
+        running, held, waiting, elsewhere = [], set(), [], 0
         for t in self.study.get_trials(deepcopy=False):
             final = FINAL_MARK in t.user_attrs and t.number > self.start_number
             if t.state is TrialState.WAITING:
-                retries += "retry_of" in t.user_attrs
+                if "retry_of" in t.user_attrs:
+                    waiting.append(t.user_attrs.get("config") or t.params)
             elif t.state is TrialState.RUNNING:
                 running.append(t)
                 if t.number not in self.mine and _config_key(t) is not None:  # held, or being claimed
@@ -190,6 +193,8 @@ class Claims(FinalRetiming):
                 if r is not None and r.config.key not in state.seen:
                     state.record(t, r, new=False)
                     self.mirror.learn(t)
+        seen = state.seen if state is not None else {}  # a retry of a configuration finished since is not one
+        retries = sum(1 for c in waiting if not (c and Config.of(c).key in seen))
         self.elsewhere, self.held, self.retries = elsewhere, held, retries
         return running
 
@@ -201,7 +206,8 @@ class Claims(FinalRetiming):
     def busy(self, state: Any, can_ask: bool) -> bool:
         """Whether this worker, out of candidates, should wait before it ends the search: other workers still
         hold configurations (a dead one's come back as retries), or retries wait and this worker ``can_ask``.
-        Waits a moment first, and gives up after WAIT_FOR_OTHERS_S of waiting."""
+        Waits a moment first, and gives up after WAIT_FOR_OTHERS_S of waiting. Idle means idle at reads QUIET_S
+        apart: a dead worker's trial is failed a moment before its configuration is enqueued again."""
         time.sleep(0.05)
         self.sync(state)
         now = time.monotonic()
@@ -209,7 +215,11 @@ class Claims(FinalRetiming):
         if now - self._busy_since > WAIT_FOR_OTHERS_S:
             log.warning("other workers still hold %d configurations; ending the search without them", self.elsewhere)
             return False
-        return bool(self.elsewhere or (can_ask and self.retries and not self.final_claimed))
+        if self.elsewhere or (can_ask and self.retries and not self.final_claimed):
+            self._idle_since = None
+            return True
+        self._idle_since = self._idle_since or now
+        return now - self._idle_since < QUIET_S
 
     def claim(self, proposal: Any, key: str, state: Any) -> int | None:
         """Claim configuration ``key`` of ``proposal`` (a trial of the mirror): its trial is created in the study
@@ -354,7 +364,7 @@ class Claims(FinalRetiming):
                 return verdict
         trial.set_user_attr("claim", trial.number)
         self.hold(trial)
-        self._busy_since = None  # work again: a later wait for the others starts its own clock
+        self._busy_since = self._idle_since = None  # work again: a later wait for the others starts its own clock
         return None
 
     def _verdict(self, rival: Any) -> int | None:

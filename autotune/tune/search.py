@@ -121,7 +121,7 @@ def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: A
             prep: Preparation) -> tuple[list[Config], _State]:  # fmt: skip
     """The feasible configurations, and the loop's state with the study's finished trials in it (orphans of a
     shared study handed back for retrying)."""
-    orphans = failed_orphans(study, storage)
+    orphans = failed_orphans(study, storage, shared)
     feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
     if shared:
