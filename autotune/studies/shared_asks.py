@@ -104,10 +104,11 @@ def write_params(trial: SharedTrial, proposal: Any) -> None:
 def close(study: Any, trial: SharedTrial, holder: int, status: str | None = None) -> None:
     """End ``trial``, which evaluates nothing: a duplicate of trial ``holder`` (-1: bookkeeping), or with
     ``status`` (unevaluated: free for a later run)."""
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    if status is None:
-        trial.set_user_attr("duplicate_of", holder)
-    else:
-        trial.set_user_attr("status", status)
-    study.tell(trial.number, state=TrialState.PRUNED if status is None else TrialState.FAIL, skip_if_finished=True)
+    try:
+        trial.set_user_attr("duplicate_of" if status is None else "status", holder if status is None else status)
+        study.tell(trial.number, state=TrialState.PRUNED if status is None else TrialState.FAIL, skip_if_finished=True)
+    except UpdateFinishedTrialError:  # failed meanwhile (its heartbeat lapsed, or as an orphan): ended already
+        pass

@@ -140,7 +140,11 @@ class Claims(FinalRetiming):
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
     def close(self) -> None:
+        from .shared_asks import close
+
         self.flush()
+        for trial in self._taken.values():  # taken from the queue, never claimed: nothing left to evaluate
+            close(self.study, trial, -1)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -254,6 +258,8 @@ class Claims(FinalRetiming):
         """Decide the claims created since the last read of the study, after one read: each keeps its
         configuration or yields it (:meth:`_tie_break`). ``due``: only once SETTLE_BATCH claims wait or the
         oldest has waited SETTLE_S (so that a rival waiting for a verdict waits no longer)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
         from .shared_asks import close
 
         if not self._pending or (
@@ -264,8 +270,11 @@ class Claims(FinalRetiming):
         pending, self._pending = self._pending, []
         for proposal, trial, key in pending:
             holder = state.seen[key][0].number if key in state.seen else None
-            if holder is None:
-                holder = self._tie_break(trial, running, lambda t, key=key: _config_key(t) == key)
+            try:
+                if holder is None:
+                    holder = self._tie_break(trial, running, lambda t, key=key: _config_key(t) == key)
+            except UpdateFinishedTrialError:  # failed as stale (this worker stalled): its retry comes back
+                holder = -1
             if holder is not None:
                 del self._shared[proposal.number]
                 self.release(trial)
