@@ -13,8 +13,9 @@ database than the GPU on its candidates (PostgreSQL 0.46 of the journal's config
   its owner in one write (:func:`new_trial`), heartbeated from then on and claimed
   (:meth:`autotune.studies.shared_study.Claims.claim`), so every other worker sees it at its next read.
 - Its result is written as the trial's attributes and state by the trial's id
-  (:func:`autotune.studies.trial_record.write_result`) before the next candidate starts, so a worker killed
-  later loses no result.
+  (:func:`autotune.studies.trial_record.write_result`), by a thread of its own while the next candidate starts
+  and more are asked, and stored before the next measurement is collected; heartbeated until then.
+- A dead worker's configuration is enqueued again with the configuration in its attributes (:func:`retry`).
 
 Optuna's public API only: ``optuna.create_study`` (in memory), ``Study.add_trial``, ``enqueue_trial``, ``ask`` and
 ``tell``, ``optuna.trial.create_trial``, and the storage's ``create_new_trial``, ``set_trial_param``,
@@ -23,8 +24,13 @@ Optuna's public API only: ``optuna.create_study`` (in memory), ``Study.add_trial
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
+
+from .shared_final import FINAL_MARK, MAX_RETRIES
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -112,3 +118,28 @@ def close(study: Any, trial: SharedTrial, holder: int, status: str | None = None
         study.tell(trial.number, state=TrialState.PRUNED if status is None else TrialState.FAIL, skip_if_finished=True)
     except UpdateFinishedTrialError:  # failed meanwhile (its heartbeat lapsed, or as an orphan): ended already
         pass
+
+
+def retry(study: Any, trial: Any) -> None:
+    """Enqueue the configuration of a failed trial of a dead worker again, up to MAX_RETRIES times.
+
+    Like Optuna's ``RetryHeartbeatStaleTrialCallback``, but the copy carries none of the dead worker's attributes
+    (its owner, its claim), so nothing mistakes the copy for the dead trial.
+    """
+    config = dict(trial.params) or trial.user_attrs.get("config")  # a retry taken, its worker killed before params
+    if FINAL_MARK in trial.user_attrs or not config:
+        return
+    retries = trial.user_attrs.get("retries", 0)
+    if retries >= MAX_RETRIES:
+        log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
+        return
+    study.enqueue_trial(config, user_attrs={"retry_of": trial.number, "retries": retries + 1, "config": config})
+
+
+def _heartbeat_storage(storage: Any) -> Any | None:
+    """``storage`` if it records heartbeats (an RDB storage with an interval), else None."""
+    from optuna.storages import RDBStorage
+
+    if isinstance(storage, RDBStorage) and storage.get_heartbeat_interval():
+        return storage
+    return None

@@ -16,8 +16,9 @@ every other worker sees it:
    and so at most one keeps a configuration, whatever the interleaving.
 3. The verdict "kept" is the user attribute ``claim`` equal to the trial's own number (a retried copy of a trial
    carries its original's attributes, but not its number).
-4. Its result is written while the GPU measures the next candidate; a worker killed before that has the trial
-   failed through its heartbeat, and the configuration is evaluated again (nothing is lost).
+4. Its result is written by a thread while the next candidate starts and more are asked, and stored before the
+   next candidate's measurement is collected; a worker killed before that has the trial failed through its
+   heartbeat, and the configuration is evaluated again (nothing is lost).
 
 The final re-timing of the top-k is claimed the same way (:mod:`autotune.studies.shared_final`).
 """
@@ -28,42 +29,19 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..core.space import Config
-from .shared_final import FINAL_MARK, MAX_RETRIES, WAIT_FOR_OTHERS_S, FinalRetiming, _config_key, _kept, _result
+from .shared_asks import _heartbeat_storage, retry  # noqa: F401 - re-exported: the storage's stale-trial callback
+from .shared_final import FINAL_MARK, WAIT_FOR_OTHERS_S, FinalRetiming, _config_key, _kept, _result
 
 log = logging.getLogger(__name__)
 
 VERDICT_WAIT_S = 10.0  # how long a lower-numbered claimant waits for a higher one's verdict before yielding
 MAINTAIN_S = 4.0  # how often a worker looks for stale or orphaned trials of other workers
-SETTLE_BATCH, SETTLE_S = 4, 0.5  # claims decided together: this many, or the oldest waited this long
+SETTLE_BATCH, SETTLE_S = 8, 0.5  # claims decided together: this many, or the oldest waited this long
 QUIET_S = 1.0  # a worker out of candidates ends its search once the study has looked finished this long
-
-
-def retry(study: Any, trial: Any) -> None:
-    """Enqueue the configuration of a failed trial of a dead worker again, up to MAX_RETRIES times.
-
-    Like Optuna's ``RetryHeartbeatStaleTrialCallback``, but the copy carries none of the dead worker's attributes
-    (its owner, its claim), so nothing mistakes the copy for the dead trial.
-    """
-    config = dict(trial.params) or trial.user_attrs.get("config")  # a retry taken, its worker killed before params
-    if FINAL_MARK in trial.user_attrs or not config:
-        return
-    retries = trial.user_attrs.get("retries", 0)
-    if retries >= MAX_RETRIES:
-        log.warning("trial %d failed %d times with its worker; not retried again", trial.number, retries + 1)
-        return
-    study.enqueue_trial(config, user_attrs={"retry_of": trial.number, "retries": retries + 1, "config": config})
-
-
-def _heartbeat_storage(storage: Any) -> Any | None:
-    """``storage`` if it records heartbeats (an RDB storage with an interval), else None."""
-    from optuna.storages import RDBStorage
-
-    if isinstance(storage, RDBStorage) and storage.get_heartbeat_interval():
-        return storage
-    return None
 
 
 class Claims(FinalRetiming):
@@ -87,6 +65,8 @@ class Claims(FinalRetiming):
         self._pending_since = 0.0
         self._yielded: dict[int, tuple[int, str]] = {}  # proposal number -> (the holder's number, key)
         self._unwritten: list[tuple[Any, Any]] = []  # (trial, result) to write while the GPU measures
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="autotune-results")
+        self._writing: Future | None = None  # the writer's batch in progress
         self.start_number = max((t.number for t in trials), default=-1)  # final claims up to here are old
         self.mine: set[int] = set()  # numbers of this worker's trials
         self.done: set[int] = set()  # finished trials already synced
@@ -145,6 +125,7 @@ class Claims(FinalRetiming):
         self.flush()
         for trial in self._taken.values():  # taken from the queue, never claimed: nothing left to evaluate
             close(self.study, trial, -1)
+        self._writer.shutdown()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
@@ -326,22 +307,31 @@ class Claims(FinalRetiming):
 
     def told(self, proposal: Any, r: Any, later: bool = False) -> Any:
         """The result ``r`` of ``proposal`` (a claimed trial of the mirror, told there) for its trial of the
-        study: written now, or with ``later`` by :meth:`flush` (while the GPU measures the next candidate); the
-        trial stays heartbeated until then. Returns that trial."""
+        study: written now, or with ``later`` by a thread while the search goes on (the next candidate starts,
+        more are asked), done at the next :meth:`flush`; the trial stays heartbeated until then. Returns it."""
         trial = self._shared.pop(proposal.number)
         self._unwritten.append((trial, r))
-        if not later:
-            self.flush()
+        self.flush(wait=not later)
         return trial
 
-    def flush(self) -> None:
-        """Write the results told since the last flush, and stop their trials' heartbeats."""
+    def flush(self, wait: bool = True) -> None:
+        """Write the results told since the last flush, and stop their trials' heartbeats; with ``wait`` False
+        in a thread of its own, finished (its error raised) by the next flush or read."""
+        if self._writing is not None:
+            self._writing.result()
+            self._writing = None
+        batch, self._unwritten = self._unwritten, []
+        if batch and wait:
+            self._write(batch)
+        elif batch:
+            self._writing = self._writer.submit(self._write, batch)
+
+    def _write(self, batch: list[tuple[Any, Any]]) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
 
         from .trial_record import write_result
 
-        while self._unwritten:
-            trial, r = self._unwritten.pop(0)
+        for trial, r in batch:
             try:
                 write_result(self.storage, trial.trial_id, r, self.objectives)
             except UpdateFinishedTrialError:  # its heartbeat lapsed (a stalled worker): retried elsewhere

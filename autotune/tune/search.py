@@ -221,9 +221,9 @@ def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: 
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
             evaluator.start(compiled, run_settings)  # type: ignore[attr-defined]
-            if state.claims:  # a shared study: the previous result is written while the GPU measures
-                state.claims.flush()
             loop.refill(running=compiled.candidate.config.key)
+            if state.claims:  # a shared study: the previous result, written meanwhile, is stored by now
+                state.claims.flush()
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
