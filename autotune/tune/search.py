@@ -228,7 +228,7 @@ def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: 
         else:
             r = evaluator.measure(compiled, run_settings)
         _tell(loop.study, trial, r, objectives=spec.objectives)
-        if state.claims:  # the shared study's trial, its result written (with ``overlap``, once the next starts)
+        if state.claims:  # the shared study's trial; with ``overlap`` its result is written while the next starts
             trial = state.claims.told(trial, r, later=overlap)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
