@@ -62,6 +62,7 @@ def run_once(spec, problem, storage_kind: str, url: str, trials: int, gpu, workd
     storage = open_storage(storage_url)
     settings = replace(_settings(spec, gpu), timing=SEARCH_PLAN)
     stamps: list[tuple[float, int]] = []
+    SQL.clear()
     t0 = time.perf_counter()
     with tools() as (evaluator, compiler, prefetch):
         out = tune_shape(
@@ -77,8 +78,27 @@ def run_once(spec, problem, storage_kind: str, url: str, trials: int, gpu, workd
         "storage": storage_kind, "shape": problem.label, "evaluated": out.new, "search_s": round(search_s, 3),
         "configs_per_min": round(rate, 2), "wall_s": round(wall, 2), "statuses": out.statuses,
         "best_ms": out.best.median_ms if out.best else None, "best": out.best.kernel_name if out.best else None,
-        "study": out.study_name,
+        "study": out.study_name, "sql_per_eval": round(SQL["statements"] / max(out.new, 1), 1) if SQL else None,
+        "commits_per_eval": round(SQL["commits"] / max(out.new, 1), 1) if SQL else None,
     }  # fmt: skip
+
+
+SQL: dict[str, int] = {}  # with --count-sql: statements and commits of every database engine in this process
+
+
+def count_sql() -> None:
+    """Count the SQL statements and commits of every SQLAlchemy engine (the PostgreSQL run's round trips)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def statement(*_: object) -> None:
+        SQL["statements"] = SQL.get("statements", 0) + 1
+
+    def commit(*_: object) -> None:
+        SQL["commits"] = SQL.get("commits", 0) + 1
+
+    event.listen(Engine, "after_cursor_execute", statement)
+    event.listen(Engine, "commit", commit)
 
 
 @contextlib.contextmanager
@@ -156,6 +176,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--fake", action="store_true", help="no GPU: instant compiles, a fixed time per candidate")
     ap.add_argument("--measure-ms", type=float, default=150.0, help="--fake: time per candidate on the fake GPU")
     ap.add_argument("--prefetch", type=int, default=32, help="--fake: candidates in flight (a real run: 2 x jobs)")
+    ap.add_argument("--count-sql", action="store_true", help="count SQL statements and commits per evaluation")
     args = ap.parse_args()
     if args.quick:
         args.trials, args.rounds = min(args.trials, 40), 1
@@ -269,6 +290,8 @@ def main() -> int:
     except (AutotuneError, ValueError) as exc:
         print(f"storage_throughput: {exc}", file=sys.stderr)
         return 2
+    if args.count_sql:
+        count_sql()
     order = []
     for i in range(args.rounds):
         order += ["journal", "postgresql"] if i % 2 == 0 else ["postgresql", "journal"]
@@ -277,8 +300,9 @@ def main() -> int:
         for kind in order:
             row = run_once(spec, problem, kind, args.pg_url, args.trials, gpu, Path(tmp), tools)
             rows.append(row)
+            sql = f"; {row['sql_per_eval']} SQL statements, {row['commits_per_eval']} commits each" if SQL else ""
             print(f"{kind:10s} {row['evaluated']:4d} evaluated in {row['search_s']:7.1f} s of search: "
-                  f"{row['configs_per_min']:7.1f} configurations/min (whole run {row['wall_s']:.0f} s)")  # fmt: skip
+                  f"{row['configs_per_min']:7.1f} configurations/min (run {row['wall_s']:.0f} s{sql})")  # fmt: skip
     rate = {k: statistics.mean(r["configs_per_min"] for r in rows if r["storage"] == k) for k in set(order)}
     ratio = rate["postgresql"] / rate["journal"]
     verdict = "meets" if ratio >= GOAL else "MISSES"

@@ -56,20 +56,36 @@ def objective_values(r: TrialResult, objectives: tuple[str, ...]) -> list[float]
     return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
+def finished_state(r: TrialResult, objectives: tuple[str, ...] = ("time",)) -> tuple[Any, list[float] | None]:
+    """The state a trial with result ``r`` ends in, and its objective values (None unless COMPLETE)."""
+    from optuna.trial import TrialState
+
+    values = objective_values(r, objectives) if r.status is Status.COMPLETE else None
+    if values is not None:
+        return TrialState.COMPLETE, values
+    if r.status in (Status.INVALID, Status.PRUNED):
+        # Pruned (not failed) so that TPE counts the region as bad and steers away from it. A complete result
+        # without the energy the study needs (not measured) fails.
+        return TrialState.PRUNED, None
+    return TrialState.FAIL, None
+
+
 def _tell(
     study: Any, trial: Any, r: TrialResult, extra: dict[str, Any] | None = None, objectives: tuple[str, ...] = ("time",)
 ) -> None:
-    from optuna.trial import TrialState
-
     for k, v in {**result_attrs(r), **(extra or {})}.items():
         trial.set_user_attr(k, v)
-    values = objective_values(r, objectives) if r.status is Status.COMPLETE else None
+    state, values = finished_state(r, objectives)
     if values is not None:
         study.tell(trial, values if len(values) > 1 else values[0])
-    elif r.status is Status.COMPLETE:  # verified and timed, but the energy the study needs was not measured
-        study.tell(trial, state=TrialState.FAIL)
-    elif r.status in (Status.INVALID, Status.PRUNED):
-        # Pruned (not failed) so that TPE counts the region as bad and steers away from it.
-        study.tell(trial, state=TrialState.PRUNED)
     else:
-        study.tell(trial, state=TrialState.FAIL)
+        study.tell(trial, state=state)
+
+
+def write_result(storage: Any, trial_id: int, r: TrialResult, objectives: tuple[str, ...] = ("time",)) -> None:
+    """What :func:`_tell` stores, written through the storage by the trial's id: its attributes, then its state
+    and values (without ``study.tell``'s reads of the trial; a shared study's result on the search's critical path)."""
+    for k, v in result_attrs(r).items():
+        storage.set_trial_user_attr(trial_id, k, v)
+    state, values = finished_state(r, objectives)
+    storage.set_trial_state_values(trial_id, state, values)

@@ -89,12 +89,13 @@ def tune_shape(
         abort_ratio = None  # the early abort compares times only: a slower candidate may still save energy
     feasible, state = _resume(spec, problem, settings, study, storage, shared, prep)
     deadline = time.monotonic() + minutes * 60 if minutes else None
-    loop = _Loop(spec, problem, settings, study, state, compiler, prep, strategy, prefetch, trials,
+    asks = state.claims.local if state.claims else study  # a shared study: the sampler's mirror in memory
+    loop = _Loop(spec, problem, settings, asks, state, compiler, prep, strategy, prefetch, trials,
                  _proposals(spec, state, feasible))  # fmt: skip
     loop.refill()  # the first compiles run while the vendor library is timed
     vendor = evaluator.vendor(spec.kernel, problem, settings.timing)
     stopped = _search(loop, evaluator, deadline, minutes, abort_ratio, progress, vendor)
-    _free_unevaluated(study, state, loop.inflight)
+    _free_unevaluated(asks, state, loop.inflight)
     best, front, vendor, final_by = _final(spec, problem, settings, state, evaluator, compiler, prep, vendor, final)
     return ShapeOutcome(
         problem, name, best, vendor[0] if vendor else None, vendor[1] if vendor else None,
@@ -120,13 +121,13 @@ def _resume(spec: Spec, problem: Any, settings: Settings, study: Any, storage: A
             prep: Preparation) -> tuple[list[Config], _State]:  # fmt: skip
     """The feasible configurations, and the loop's state with the study's finished trials in it (orphans of a
     shared study handed back for retrying)."""
-    orphans = failed_orphans(study, storage)
+    orphans = failed_orphans(study, storage, shared)
     feasible = prep.feasible(spec, problem, settings)
     state = _State(frozenset(c.key for c in feasible))
     if shared:
         from ..studies.shared_study import Claims, retry
 
-        state.claims = Claims(study, storage)
+        state.claims = Claims(study, storage, spec.objectives)
         for t in orphans:  # another worker may have passed their configurations by: evaluate them again
             retry(study, t)
     if spec.sampler not in ("brute", "random"):  # those two draw from the feasible list already
@@ -213,18 +214,22 @@ def _search(loop: _Loop, evaluator: Evaluator, deadline: float | None, minutes: 
         if item is None:  # the budget ended while every candidate in flight was still compiling
             return f"time budget of {minutes:g} min reached"
         trial, c, handle = item
+        if state.claims and not state.claims.kept(trial, state):  # another worker has its configuration
+            continue
         compiled = loop.prep.finish(c, compiler.result(handle), settings) if handle is not None else c
         abort = state.best_ms * abort_ratio if abort_ratio and state.best_ms else None
         run_settings = replace(settings, abort_above_ms=abort)
         if overlap:  # the GPU measures while the sampler proposes the next candidates
             evaluator.start(compiled, run_settings)  # type: ignore[attr-defined]
             loop.refill(running=compiled.candidate.config.key)
+            if state.claims:  # a shared study: the previous result, written meanwhile, is stored by now
+                state.claims.flush()
             r = evaluator.collect()  # type: ignore[attr-defined]
         else:
             r = evaluator.measure(compiled, run_settings)
         _tell(loop.study, trial, r, objectives=spec.objectives)
-        if state.claims:
-            state.claims.release(trial)
+        if state.claims:  # the shared study's trial; with ``overlap`` its result is written while the next starts
+            trial = state.claims.told(trial, r, later=overlap)
         state.record(trial, r, new=True)
         progress(state.evaluated, _best_note(state, vendor))
 
@@ -237,7 +242,7 @@ def _free_unevaluated(study: Any, state: _State, inflight: deque[tuple[Any, Comp
         trial.set_user_attr("status", "unevaluated")
         study.tell(trial, state=TrialState.FAIL)
         if state.claims:
-            state.claims.release(trial)
+            state.claims.abandon(trial)
 
 
 def _final(spec: Spec, problem: Any, settings: Settings, state: _State, evaluator: Evaluator, compiler: CompilePool,
@@ -326,12 +331,12 @@ def _ask_one(
         elsewhere = state.claims.others(state) if state.claims else 0
         if state.stale >= STALE_LIMIT or state.feasible_seen + len(inflight) + elsewhere >= len(state.feasible):
             return None
+        if repaired is None and state.claims and state.claims.retries:  # a dead worker's configuration first
+            repaired = state.claims.take_retry(state, inflight)
         fixed, repaired = repaired if repaired is not None else next(proposals, None), None
-        if fixed is None and spec.sampler in ("brute", "random") and not (state.claims and state.claims.retries):
+        if fixed is None and spec.sampler in ("brute", "random"):
             return None
-        trial = _ask_owned(study, fixed)
-        if state.claims:
-            state.claims.asked(trial)
+        trial = _ask_owned(study, fixed) if state.claims is None else state.claims.mirror.ask(fixed)  # claimed below
         values = spec.space.walk(lambda p, t=trial: suggest(t, p))
         config = Config.of(values)
         if config.key in state.seen:

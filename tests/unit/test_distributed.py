@@ -31,7 +31,9 @@ from autotune.tune.search import FINAL_PLAN, open_storage, study_name  # noqa: E
 from autotune.tune.spec import load_spec  # noqa: E402
 from tests.fakes import NAIVE_SPEC, FakeEvaluator  # noqa: E402
 
-HEARTBEAT_S, GRACE_S = 1, 2  # short, so that a killed worker's trial is failed within seconds
+# Short, so that a killed worker's trial is failed within seconds; the grace is four beats, so that a live worker
+# on a loaded 2-core CI machine (three workers and the server) is not taken for dead when one beat comes late.
+HEARTBEAT_S, GRACE_S = 1, 4
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +236,56 @@ def test_three_workers_share_a_postgresql_study_without_duplicates_or_losses(pg_
 
 def test_a_killed_remote_worker_is_failed_by_its_heartbeat_and_retried_postgresql(pg_url, tmp_path):
     _killed_run(tmp_path, pg_url, "--remote")
+
+
+def _result(status: str):
+    from autotune.measure.bench import Timing
+    from autotune.measure.evaluate import Status, TrialResult
+
+    config = Config.of({"BM": 64, "BN": 32})
+    if status == "complete":
+        return TrialResult(Status.COMPLETE, None, "k", config, Timing(1.5, 1.4, 1.6, 0.1, 5), 1e-7, 12.0)
+    return TrialResult(Status(status), "why", "k", config)
+
+
+@pytest.mark.parametrize("status", ["complete", "pruned", "invalid", "verify-failed"])
+def test_a_claimed_trial_is_written_whole_and_its_result_reads_back_as_study_tell_writes_it(tmp_path, status):
+    """The shared study's Optuna calls (autotune.studies.shared_asks): a trial created in one write with a mirror
+    proposal's parameters and its owner; its result written by the trial's id reads back as ``study.tell`` leaves
+    it; the mirror learns finished configurations and closed ones end as duplicates, through the public API."""
+    import optuna
+
+    from autotune.studies.shared_asks import Mirror, close, new_trial
+    from autotune.studies.study_database import rdb_storage
+    from autotune.studies.trial_record import _tell, write_result
+
+    storage = rdb_storage(f"sqlite:///{tmp_path / 's.db'}", HEARTBEAT_S, GRACE_S)
+    study = optuna.create_study(study_name="s", storage=storage)
+    mirror = Mirror(study, [])
+    proposal = mirror.ask({"BM": 64, "BN": 32})
+    for name, values in (("BM", [32, 64]), ("BN", [32, 64])):
+        proposal.suggest_categorical(name, values)
+    trial = new_trial(storage, storage.get_study_id_from_name("s"), {"owner": "h:1"}, proposal)
+    t = study.trials[trial.number]
+    assert (t.state, t.params, t.distributions, t.user_attrs) == (
+        optuna.trial.TrialState.RUNNING, proposal.params, proposal.distributions, {"owner": "h:1"}
+    )  # fmt: skip
+    r = _result(status)
+    write_result(storage, trial.trial_id, r)
+    study.enqueue_trial(proposal.params)
+    told = study.ask(fixed_distributions=proposal.distributions)  # the same configuration, told by study.tell
+    _tell(study, told, r)
+    mine, ref = study.trials[trial.number], study.trials[told.number]
+    assert (mine.state, mine.values, mine.params) == (ref.state, ref.values, ref.params)
+    assert {k: v for k, v in mine.user_attrs.items() if k != "owner"} == ref.user_attrs
+    mirror.learn(mine)
+    assert len(mirror.local.trials) == 1 + (mine.state != optuna.trial.TrialState.FAIL)  # its own ask, and mine
+    dup = new_trial(storage, storage.get_study_id_from_name("s"), {"owner": "h:1"}, proposal)
+    close(study, dup, trial.number)
+    t = study.trials[dup.number]
+    assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["duplicate_of"] == trial.number
+    mirror.learn(t)  # a duplicate is not a configuration of its own
+    assert len(mirror.local.trials) == 1 + (mine.state != optuna.trial.TrialState.FAIL)
 
 
 def test_gpus_names_each_workers_device():
