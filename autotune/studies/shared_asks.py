@@ -28,9 +28,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .shared_final import FINAL_MARK, MAX_RETRIES
-
 log = logging.getLogger(__name__)
+
+FINAL_MARK = "final_retiming"  # the user attribute of the final re-timing's claim (shared_final.py)
+MAX_RETRIES = 3  # a dead worker's configuration is enqueued again this often; claimants of the final re-timing too
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,10 @@ from typing import Any
 
 from ..core.space import Config
 from ..measure.bench import Timing
+from .shared_asks import FINAL_MARK, MAX_RETRIES
 
 log = logging.getLogger(__name__)
 
-FINAL_MARK = "final_retiming"
-MAX_RETRIES = 3  # claimants that die before they re-time, before this worker re-times anyway
 WAIT_FOR_OTHERS_S = 140.0  # how long a worker out of candidates waits for the others' (a dead one's: grace + retry)
 
 
@@ -52,6 +51,10 @@ def _result(t: Any, config: Config | None = None) -> Any | None:
 class FinalRetiming:
     """The final re-timing's part of :class:`autotune.studies.shared_study.Claims`."""
 
+    def owner(self) -> str:
+        """Who this worker is in the study's trials (``Claims`` says)."""
+        raise NotImplementedError
+
     def final(self, state: Any, retime: Callable[[], tuple[Any, tuple, Any]], vendor: Any) -> tuple:
         """Re-time the finalists on exactly one worker of the study: ``(best, front, vendor, final_by)``.
 
@@ -62,12 +65,11 @@ class FinalRetiming:
         """
         from optuna.trial import TrialState
 
-        from . import shared_study
         from .shared_asks import new_trial
 
         for _ in range(MAX_RETRIES):  # a claimant that dies before it re-times leaves the claim to another
             # owner: who re-times, for the others' tables; duplicate_of: bookkeeping, not a configuration
-            marker = new_trial(self.storage, self.study_id, {"owner": shared_study._owner(), "duplicate_of": -1})
+            marker = new_trial(self.storage, self.study_id, {"owner": self.owner(), "duplicate_of": -1})
             self.asked(marker)
             marker.set_user_attr(FINAL_MARK, marker.number)
             winner = self._final_winner(marker, self.sync(state))

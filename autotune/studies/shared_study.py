@@ -33,8 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..core.space import Config
-from .shared_asks import _heartbeat_storage, retry  # noqa: F401 - re-exported: the storage's stale-trial callback
-from .shared_final import FINAL_MARK, WAIT_FOR_OTHERS_S, FinalRetiming, _config_key, _kept, _result
+from .shared_asks import FINAL_MARK, _heartbeat_storage, retry  # noqa: F401 - re-exported: the storage's stale-trial callback
+from .shared_final import WAIT_FOR_OTHERS_S, FinalRetiming, _config_key, _kept, _result
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,9 @@ class Claims(FinalRetiming):
                     self.heartbeat.record_heartbeat(trial_id)
                 except Exception as exc:  # noqa: BLE001 - a lost connection: the next beat tries again
                     log.warning("heartbeat failed: %s", exc)
+
+    def owner(self) -> str:
+        return _owner()  # looked up at each call (tests stand in another host for it)
 
     def asked(self, trial: Any) -> None:
         """A trial was just created with its owner: from now on its death is noticed (a stale heartbeat, or a dead
