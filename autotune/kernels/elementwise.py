@@ -8,8 +8,8 @@ where torch would run two or three kernels:
 
 Each computes in fp32 and rounds once. Example::
 
-    >>> grid(2 * 64 * 56 * 56, multiprocessors=132)
-    (1056, 1, 1)
+    >>> grid(2 * 64, 56 * 56, multiprocessors=132)  # an NCHW output of 2 x 64 x 56 x 56
+    (13, 81, 1)
     >>> EPILOGUE.context("float16")["T"]
     '__half'
 """
@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 THREADS = 256
-BLOCKS_PER_SM = 8  # a grid-stride loop: enough blocks to cover the SMs several times, no more
+BLOCKS_PER_SM = 8  # grid-stride loops: enough blocks to cover the SMs several times, no more
+MAX_GRID_Y = 65535
 C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
@@ -41,6 +42,9 @@ SILU_MUL = Elementwise("gemm/silu_mul.cu.j2", "silu_mul", ("float32", "float16",
 KERNELS = (EPILOGUE, SILU_MUL)
 
 
-def grid(total: int, multiprocessors: int) -> tuple[int, int, int]:
-    """Blocks for ``total`` output elements: one element a thread up to ``BLOCKS_PER_SM`` blocks an SM."""
-    return (max(1, min(-(-total // THREADS), BLOCKS_PER_SM * max(1, multiprocessors))), 1, 1)
+def grid(rows: int, cols: int, multiprocessors: int) -> tuple[int, int, int]:
+    """Blocks for a rows x cols pass: x over columns (``THREADS`` a block), y over rows, about ``BLOCKS_PER_SM``
+    blocks an SM in all (each strides over what is left)."""
+    most = BLOCKS_PER_SM * max(1, multiprocessors)
+    x = max(1, min(-(-cols // THREADS), most))
+    return (x, max(1, min(rows, most // x, MAX_GRID_Y)), 1)

@@ -277,7 +277,9 @@ def test_the_elementwise_kernels_compile_without_spills(dtype):
         r = compile_source(render_file(kernel.template, kernel.context(dtype)), kernel.kernel_name, "sm_90")
         assert r.ok, r.error
         assert r.spills == 0 and r.registers <= 64
-    assert ew.grid(1, 132) == (1, 1, 1) and ew.grid(10**9, 132) == (132 * ew.BLOCKS_PER_SM, 1, 1)
+    most = 132 * ew.BLOCKS_PER_SM
+    assert ew.grid(1, 1, 132) == (1, 1, 1) and ew.grid(1, 10**9, 132) == (most, 1, 1)
+    assert ew.grid(10**9, 49, 132) == (1, most, 1) and ew.grid(2048, 14336, 132) == (56, most // 56, 1)
 
 
 def test_silu_times_a_tensor_becomes_one_call_and_computes_the_same():
