@@ -59,12 +59,12 @@ def conv_epilogue(y: Any, bias: Any, z: Any, relu: bool, nhwc: bool) -> bool:
     if loaded is None:
         return False
     fn, sms = loaded
-    n, k, p, q = y.shape
-    rows, cols = (n * p * q, k) if nhwc else (n * k, p * q)
+    _, k, p, q = y.shape
+    total = y.numel()
     args = (np.uint64(y.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
-            np.uint64(0 if z is None else z.data_ptr()), np.int64(rows), np.int32(cols), np.int32(k),
+            np.uint64(0 if z is None else z.data_ptr()), np.int64(total), np.int32(k), np.int32(p * q),
             np.int32(nhwc), np.int32(relu))  # fmt: skip
-    fn(grid(rows, cols, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
+    fn(grid(1, total, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
     return True
 
 
