@@ -106,7 +106,7 @@ def test_params_and_kinds():
 
 
 # --- the kernel's arithmetic, run on the host -------------------------------------------------------------
-# One std::thread per CUDA thread, blocks one after another (the split-K block with the highest z is always the
+# One fiber per CUDA thread, blocks one after another (the split-K block with the highest z is always the
 # last to arrive), mma.sync and cvt.rna.tf32 emulated lane by lane (tests/host_cuda.py). Shared memory starts as
 # NaN, so a fragment read from an unwritten slot poisons C.
 

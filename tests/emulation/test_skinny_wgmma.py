@@ -143,7 +143,7 @@ def test_params_and_the_auto_template():
 
 
 # --- the kernel's arithmetic, run on the host -------------------------------------------------------------
-# One std::thread per CUDA thread, blocks one after another, wgmma emulated per warpgroup when its group retires
+# One fiber per CUDA thread, blocks one after another, wgmma emulated per warpgroup when its group retires
 # (tests/host_cuda.py). Shared memory starts as NaN, so a fragment or descriptor read of an unwritten slot
 # poisons C.
 
