@@ -18,7 +18,6 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 // blocks run one after another, __syncthreads is a host_barrier. Shared by the skinny and conv emulations.
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,46 +27,54 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <new>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 #include <climits>
-#include <functional>
 #include <sys/mman.h>
+#include <type_traits>
 #include <ucontext.h>
 // The CUDA threads of a launch are fibers on one OS thread, run in turn: each runs until it waits (a barrier, an
 // mbarrier, __nanosleep), then the next one runs. OS threads made every __syncthreads hundreds of futex sleeps and
 // wakes, which were most of an emulation's CPU time. A wait that no thread can end (a hang on a GPU) stops the run.
-// "Thread-local" state is a HOST_FIBER_LOCAL: one global whose value is swapped in and out with its fiber.
-struct HostFiberLocal {
-  virtual void reset(int slots) = 0;
-  virtual void save(int slot) = 0;
-  virtual void load(int slot) = 0;
-};
-inline std::vector<HostFiberLocal*>& host_fiber_locals() { static std::vector<HostFiberLocal*> all; return all; }
-template <class T> struct HostFiberSlots : HostFiberLocal {
-  T* live; const T init; std::vector<T> saved;
-  explicit HostFiberSlots(T* p) : live(p), init(*p) { host_fiber_locals().push_back(this); }
-  void reset(int slots) override { saved.assign(slots, init); }
-  void save(int slot) override { saved[slot] = std::move(*live); }
-  void load(int slot) override { *live = std::move(saved[slot]); }
-};
-#define HOST_FIBER_LOCAL(type, name, ...) type name{__VA_ARGS__}; HostFiberSlots<type> name##_slots(&name)
+// "Thread-local" state is a HOST_FIBER_LOCAL: one global whose bytes are swapped in and out with its fiber (the
+// values are scalars and std::vectors, which move as their bytes; plain bytes keep each build's compile short).
+struct HostFiberVar { unsigned char* live; size_t size, offset; void (*destroy)(void*); };
 struct HostFibers {
-  std::vector<std::unique_ptr<ucontext_t>> ctx;
+  std::vector<HostFiberVar> vars;
+  std::vector<unsigned char> init, saved;  // every variable's first bytes; per slot (fiber, then main) its bytes
+  size_t bytes = 0;
+  std::vector<ucontext_t*> ctx;
   std::vector<char> done;
   std::vector<char*> stacks;  // kept for the next launch: 1 MiB each above a guard page
   ucontext_t main_ctx;
-  const std::function<void(int)>* body = nullptr;
+  void (*body)(void*, int) = nullptr;
+  void* arg = nullptr;
   int n = 0, cur = -1, live = 0;
   long idle = 0;  // waits since a wait last ended: a full round of them with no end is a deadlock
 } g_fibers;
+inline int host_fiber_register(void* p, size_t size, void (*destroy)(void*)) {
+  const size_t offset = (g_fibers.bytes + 15) / 16 * 16;
+  g_fibers.vars.push_back({(unsigned char*)p, size, offset, destroy});
+  g_fibers.init.resize(offset + size);
+  std::memcpy(g_fibers.init.data() + offset, p, size);
+  g_fibers.bytes = offset + size;
+  return 0;
+}
+template <class T> void host_destroy(void* p) { static_cast<T*>(p)->~T(); }
+#define HOST_FIBER_LOCAL(type, name, ...) \
+  type name{__VA_ARGS__}; const int name##_slot = host_fiber_register(&name, sizeof(type), host_destroy<type>)
 constexpr size_t HOST_FIBER_STACK = 1 << 20;
+inline unsigned char* host_fiber_slot(int slot) {  // 16-byte aligned, as the variables' own offsets
+  unsigned char* base = g_fibers.saved.data();
+  return base + (16 - (uintptr_t)base % 16) % 16 + (size_t)slot * g_fibers.bytes;
+}
 inline void host_fiber_switch(int to) {  // from the running fiber (or main, -1) to fiber `to` (or main)
   const int from = g_fibers.cur;
-  for (HostFiberLocal* l : host_fiber_locals()) l->save(from < 0 ? g_fibers.n : from);
-  for (HostFiberLocal* l : host_fiber_locals()) l->load(to < 0 ? g_fibers.n : to);
+  unsigned char* out = host_fiber_slot(from < 0 ? g_fibers.n : from);
+  unsigned char* in = host_fiber_slot(to < 0 ? g_fibers.n : to);
+  for (const HostFiberVar& v : g_fibers.vars) std::memcpy(out + v.offset, v.live, v.size);
+  for (const HostFiberVar& v : g_fibers.vars) std::memcpy(v.live, in + v.offset, v.size);
   g_fibers.cur = to;
-  swapcontext(from < 0 ? &g_fibers.main_ctx : g_fibers.ctx[from].get(), to < 0 ? &g_fibers.main_ctx : g_fibers.ctx[to].get());
+  swapcontext(from < 0 ? &g_fibers.main_ctx : g_fibers.ctx[from], to < 0 ? &g_fibers.main_ctx : g_fibers.ctx[to]);
 }
 inline int host_fiber_next() {  // the next unfinished fiber after the running one, or -1
   for (int i = 1; i <= g_fibers.n; ++i) {
@@ -77,28 +84,34 @@ inline int host_fiber_next() {  // the next unfinished fiber after the running o
   return -1;
 }
 inline void host_fiber_entry() {
-  (*g_fibers.body)(g_fibers.cur);
+  g_fibers.body(g_fibers.arg, g_fibers.cur);
   g_fibers.done[g_fibers.cur] = 1; --g_fibers.live; g_fibers.idle = 0;
   host_fiber_switch(host_fiber_next());  // never comes back
 }
 // Run body(t) for t = 0 .. n - 1, each t a CUDA thread, and return when all have returned.
-inline void host_launch(int n, const std::function<void(int)>& body) {
+template <class F> void host_launch(int n, F&& body) {
   while ((int)g_fibers.stacks.size() < n) {
     char* s = (char*)mmap(nullptr, HOST_FIBER_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s == MAP_FAILED || mprotect(s, 4096, PROT_NONE)) { perror("host_launch: fiber stack"); exit(6); }
     g_fibers.stacks.push_back(s + 4096);
   }
-  g_fibers.ctx.resize(n);
+  while ((int)g_fibers.ctx.size() < n) g_fibers.ctx.push_back(new ucontext_t);
   for (int t = 0; t < n; ++t) {
-    if (!g_fibers.ctx[t]) g_fibers.ctx[t].reset(new ucontext_t);
-    ucontext_t* c = g_fibers.ctx[t].get();
+    ucontext_t* c = g_fibers.ctx[t];
     getcontext(c);
     c->uc_stack.ss_sp = g_fibers.stacks[t]; c->uc_stack.ss_size = HOST_FIBER_STACK; c->uc_link = nullptr;
     makecontext(c, host_fiber_entry, 0);
   }
-  for (HostFiberLocal* l : host_fiber_locals()) l->reset(n + 1);  // slot n: main's values, back after the launch
-  g_fibers.done.assign(n, 0); g_fibers.body = &body; g_fibers.n = n; g_fibers.live = n; g_fibers.idle = 0;
+  g_fibers.bytes = (g_fibers.bytes + 15) / 16 * 16;
+  g_fibers.init.resize(g_fibers.bytes);
+  g_fibers.saved.resize((n + 1) * g_fibers.bytes + 16);  // slot n: main's values, back after the launch
+  for (int t = 0; t < n; ++t) std::memcpy(host_fiber_slot(t), g_fibers.init.data(), g_fibers.bytes);
+  g_fibers.done.assign(n, 0); g_fibers.n = n; g_fibers.live = n; g_fibers.idle = 0;
+  g_fibers.arg = (void*)&body;
+  g_fibers.body = [](void* f, int t) { (*(std::remove_reference_t<F>*)f)(t); };
   if (n > 0) host_fiber_switch(0);
+  for (int t = 0; t < n; ++t)  // each fiber's last values (what its vectors hold) go as a thread's would
+    for (const HostFiberVar& v : g_fibers.vars) v.destroy(host_fiber_slot(t) + v.offset);
   g_fibers.n = 0; g_fibers.body = nullptr;
 }
 // In a wait's loop: let the other fibers run; false when every unfinished fiber has waited twice since a wait last
