@@ -450,15 +450,15 @@ def gxx() -> str | None:
     if not gxx:
         return None
     probe = subprocess.run(
-        [gxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-        input="#include <barrier>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
+        [gxx, "-std=c++17", "-x", "c++", "-fsyntax-only", "-"],
+        input="#include <ucontext.h>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
         capture_output=True,
         text=True,
     )
     return gxx if probe.returncode == 0 else None
 
 
-FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
+FLAGS = ("-std=c++17", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
 # tests/conftest.py names a folder of the test session here; without it every build compiles from scratch.
 BUILD_CACHE_ENV = "AUTOTUNE_TEST_BUILD_CACHE"
 
@@ -472,7 +472,7 @@ def build(tmp_path, header: str, body: str, flags: tuple[str, ...] = FLAGS) -> P
     files, so every run still happens). The header is precompiled once per text; a precompiled header that g++
     cannot use is ignored and emu.h is read instead, so the cache changes only the time, never the build."""
     compiler = gxx()
-    assert compiler, "build() needs g++ with C++20 <barrier> and _Float16 (see gxx())"
+    assert compiler, "build() needs g++ with C++17 and _Float16 (see gxx())"
     (tmp_path / "emu.h").write_text(header)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{body}')
     exe = tmp_path / "k"

@@ -196,7 +196,7 @@ def _build(tmp_path, params, problem, seed):
     NHWC inputs; (x, w) in NCHW."""
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     assert CONV.check("implicit_mma", params) is None and CONV.check_problem("implicit_mma", params, problem) is None
     r = render("conv2d", "implicit_mma", params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))

@@ -285,7 +285,7 @@ def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
     """Run the rendered kernel on the host; (relative error vs float64, ldmatrix bank conflicts, ldmatrix count)."""
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     problem = GEMM.problem(list(shape), dtype, layout)
     assert GEMM.check("mma", params) is None and GEMM.check_problem("mma", params, problem) is None
     r = render("gemm", "mma", params, problem)

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
 
 def _run(tmp_path, threads: int, early: int) -> subprocess.CompletedProcess:
     if gxx() is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     exe = build(tmp_path, HEADER, ROUNDS)
     return subprocess.run([str(exe), str(threads), str(early)], capture_output=True, text=True, timeout=60)
 

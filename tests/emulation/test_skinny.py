@@ -203,7 +203,7 @@ def _values(raw, dtype, shape):
 def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     name = name_of(p, dtype, layout)
     src = sk.render(p, dtype, layout, name)
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))

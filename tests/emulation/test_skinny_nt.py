@@ -254,7 +254,7 @@ def _values(raw, dtype, shape):
 def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     name = nt.kernel_name(p, dtype, layout)
     src = nt.render(p, dtype, layout, name)
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))

@@ -114,7 +114,7 @@ def test_params_and_kinds():
 def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     r = rendered(p, layout, shape)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     decl = "extern __shared__ __align__(16) float smem[];"
