@@ -1,6 +1,7 @@
 # ruff: noqa: E501 - the mma emulation below is C++ kept in a string
 """Host emulation of the CUDA subset our templates use, for CPU tests that check a kernel's numbers: one
-std::thread per CUDA thread, blocks one after another, ``__syncthreads`` a ``host_barrier`` (a futex barrier)."""
+fiber per CUDA thread (all on one OS thread, each run until it waits), blocks one after another, ``__syncthreads``
+a ``host_barrier``; a wait that no thread can end stops the emulation as a hang."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one std::thread per CUDA thread,
+HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one fiber per CUDA thread,
 // blocks run one after another, __syncthreads is a host_barrier. Shared by the skinny and conv emulations.
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,39 +27,128 @@ HEADER = r"""// Host emulation of the CUDA subset the skinny template uses: one 
 #include <new>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 #include <climits>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-// std::barrier's shape, but a waiter sleeps in the kernel at once: std::barrier spins and yields first, and with
-// hundreds of emulated threads on a few cores that spinning was most of an emulation's CPU time.
+#include <sys/mman.h>
+#include <type_traits>
+#include <ucontext.h>
+// The CUDA threads of a launch are fibers on one OS thread, run in turn: each runs until it waits (a barrier, an
+// mbarrier, __nanosleep), then the next one runs. OS threads made every __syncthreads hundreds of futex sleeps and
+// wakes, which were most of an emulation's CPU time. A wait that no thread can end (a hang on a GPU) stops the run.
+// "Thread-local" state is a HOST_FIBER_LOCAL: one global whose bytes are swapped in and out with its fiber (the
+// values are scalars and std::vectors, which move as their bytes; plain bytes keep each build's compile short).
+struct HostFiberVar { unsigned char* live; size_t size, offset; void (*destroy)(void*); };
+struct HostFibers {
+  std::vector<HostFiberVar> vars;
+  std::vector<unsigned char> init, saved;  // every variable's first bytes; per slot (fiber, then main) its bytes
+  size_t bytes = 0;
+  std::vector<ucontext_t*> ctx;
+  std::vector<char> done;
+  std::vector<char*> stacks;  // kept for the next launch: 1 MiB each above a guard page
+  ucontext_t main_ctx;
+  void (*body)(void*, int) = nullptr;
+  void* arg = nullptr;
+  int n = 0, cur = -1, live = 0;
+  long idle = 0;  // waits since a wait last ended: a full round of them with no end is a deadlock
+} g_fibers;
+inline int host_fiber_register(void* p, size_t size, void (*destroy)(void*)) {
+  const size_t offset = (g_fibers.bytes + 15) / 16 * 16;
+  g_fibers.vars.push_back({(unsigned char*)p, size, offset, destroy});
+  g_fibers.init.resize(offset + size);
+  std::memcpy(g_fibers.init.data() + offset, p, size);
+  g_fibers.bytes = offset + size;
+  return 0;
+}
+template <class T> void host_destroy(void* p) { static_cast<T*>(p)->~T(); }
+#define HOST_FIBER_LOCAL(type, name, ...) \
+  type name{__VA_ARGS__}; const int name##_slot = host_fiber_register(&name, sizeof(type), host_destroy<type>)
+constexpr size_t HOST_FIBER_STACK = 1 << 20;
+inline unsigned char* host_fiber_slot(int slot) {  // 16-byte aligned, as the variables' own offsets
+  unsigned char* base = g_fibers.saved.data();
+  return base + (16 - (uintptr_t)base % 16) % 16 + (size_t)slot * g_fibers.bytes;
+}
+inline void host_fiber_switch(int to) {  // from the running fiber (or main, -1) to fiber `to` (or main)
+  const int from = g_fibers.cur;
+  unsigned char* out = host_fiber_slot(from < 0 ? g_fibers.n : from);
+  unsigned char* in = host_fiber_slot(to < 0 ? g_fibers.n : to);
+  for (const HostFiberVar& v : g_fibers.vars) std::memcpy(out + v.offset, v.live, v.size);
+  for (const HostFiberVar& v : g_fibers.vars) std::memcpy(v.live, in + v.offset, v.size);
+  g_fibers.cur = to;
+  swapcontext(from < 0 ? &g_fibers.main_ctx : g_fibers.ctx[from], to < 0 ? &g_fibers.main_ctx : g_fibers.ctx[to]);
+}
+inline int host_fiber_next() {  // the next unfinished fiber after the running one, or -1
+  for (int i = 1; i <= g_fibers.n; ++i) {
+    const int f = (g_fibers.cur + i) % g_fibers.n;
+    if (!g_fibers.done[f]) return f;
+  }
+  return -1;
+}
+inline void host_fiber_entry() {
+  g_fibers.body(g_fibers.arg, g_fibers.cur);
+  g_fibers.done[g_fibers.cur] = 1; --g_fibers.live; g_fibers.idle = 0;
+  host_fiber_switch(host_fiber_next());  // never comes back
+}
+// Run body(t) for t = 0 .. n - 1, each t a CUDA thread, and return when all have returned.
+template <class F> void host_launch(int n, F&& body) {
+  while ((int)g_fibers.stacks.size() < n) {
+    char* s = (char*)mmap(nullptr, HOST_FIBER_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED || mprotect(s, 4096, PROT_NONE)) { perror("host_launch: fiber stack"); exit(6); }
+    g_fibers.stacks.push_back(s + 4096);
+  }
+  while ((int)g_fibers.ctx.size() < n) g_fibers.ctx.push_back(new ucontext_t);
+  for (int t = 0; t < n; ++t) {
+    ucontext_t* c = g_fibers.ctx[t];
+    getcontext(c);
+    c->uc_stack.ss_sp = g_fibers.stacks[t]; c->uc_stack.ss_size = HOST_FIBER_STACK; c->uc_link = nullptr;
+    makecontext(c, host_fiber_entry, 0);
+  }
+  g_fibers.bytes = (g_fibers.bytes + 15) / 16 * 16;
+  g_fibers.init.resize(g_fibers.bytes);
+  g_fibers.saved.resize((n + 1) * g_fibers.bytes + 16);  // slot n: main's values, back after the launch
+  for (int t = 0; t < n; ++t) std::memcpy(host_fiber_slot(t), g_fibers.init.data(), g_fibers.bytes);
+  g_fibers.done.assign(n, 0); g_fibers.n = n; g_fibers.live = n; g_fibers.idle = 0;
+  g_fibers.arg = (void*)&body;
+  g_fibers.body = [](void* f, int t) { (*(std::remove_reference_t<F>*)f)(t); };
+  if (n > 0) host_fiber_switch(0);
+  for (int t = 0; t < n; ++t)  // each fiber's last values (what its vectors hold) go as a thread's would
+    for (const HostFiberVar& v : g_fibers.vars) v.destroy(host_fiber_slot(t) + v.offset);
+  g_fibers.n = 0; g_fibers.body = nullptr;
+}
+// In a wait's loop: let the other fibers run; false when every unfinished fiber has waited twice since a wait last
+// ended (none can end one: a hang on a GPU).
+inline bool host_yield() {
+  if (g_fibers.cur < 0) return true;  // main, outside a launch: nothing else runs
+  if (++g_fibers.idle > 2 * g_fibers.live + 2) return false;
+  const int next = host_fiber_next();
+  if (next != g_fibers.cur) host_fiber_switch(next);
+  return true;
+}
+inline void host_progress() { g_fibers.idle = 0; }  // a wait ended, or something a wait may watch changed
+[[noreturn]] inline void host_hang(const char* what) {
+  fprintf(stderr, "%s: every emulated thread waits and none can go on (a hang on a GPU)\n", what); abort();
+}
+// std::barrier's shape for the fibers: arrive, then wait for the phase to end.
 class host_barrier {
  public:
   using arrival_token = unsigned;
   explicit host_barrier(long expected) : expected_(expected) {}
-  arrival_token arrive() {  // the phase cannot end before this arrival, so the phase read first is this one's
-    const unsigned phase = phase_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == expected_) {
-      count_.store(0, std::memory_order_relaxed);  // before the new phase shows: its first arrivals count from 0
-      phase_.fetch_add(1, std::memory_order_release);
-      syscall(SYS_futex, &phase_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-    }
+  arrival_token arrive() {
+    const unsigned phase = phase_;
+    if (++count_ == expected_) { count_ = 0; ++phase_; host_progress(); }
     return phase;
   }
   void wait(arrival_token phase) const {
-    while (phase_.load(std::memory_order_acquire) == phase)
-      syscall(SYS_futex, &phase_, FUTEX_WAIT_PRIVATE, phase, nullptr, nullptr, 0);
+    while (phase_ == phase) if (!host_yield()) host_hang("a barrier");
+    host_progress();
   }
   void arrive_and_wait() { wait(arrive()); }
  private:
-  mutable std::atomic<unsigned> phase_{0};
-  std::atomic<long> count_{0};
+  unsigned phase_ = 0;
+  long count_ = 0;
   const long expected_;
 };
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local dim3 threadIdx;
+HOST_FIBER_LOCAL(dim3, threadIdx);
 dim3 blockIdx, gridDim, blockDim;
 host_barrier* g_bar;
 float* g_smem;
@@ -75,7 +164,7 @@ template <int N> inline void host_sync_group(int g) {
   bars[g].arrive_and_wait();
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+inline void __nanosleep(unsigned) { if (!host_yield()) host_hang("a __nanosleep loop"); }
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -92,8 +181,8 @@ template <class T> T __ldcg(const T* p) { return *p; }
 template <class T> void __stcg(T* p, T v) { *p = v; }
 template <class T> inline T min(T a, T b) { return a < b ? a : b; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { host_progress(); return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicExch(unsigned* p, unsigned v) { host_progress(); return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 // The emulation mains' input files: the bytes of path, or exit 2 (missing) or 3 (short read).
 inline std::vector<char> slurp(const std::string& path) {
   FILE* f = fopen(path.c_str(), "rb"); std::vector<char> v; if (!f) { perror(path.c_str()); exit(2); }
@@ -103,8 +192,8 @@ inline std::vector<char> slurp(const std::string& path) {
 // newest N committed groups), the latest a GPU may land it, so a missing wait reads stale shared memory here too.
 // MMA_PTX's cp_async16/cp_async4 and the winograd template's copy helpers (tests/emulation/test_conv.py) queue copies here.
 struct PendingCopy { unsigned char* dst; unsigned char bytes[16]; int size = 16; };
-thread_local std::vector<PendingCopy> t_open;                 // copies since the last commit
-thread_local std::vector<std::vector<PendingCopy>> t_groups;  // committed, not yet landed
+HOST_FIBER_LOCAL(std::vector<PendingCopy>, t_open);                 // copies since the last commit
+HOST_FIBER_LOCAL(std::vector<std::vector<PendingCopy>>, t_groups);  // committed, not yet landed
 inline void host_cp_commit() { t_groups.push_back(t_open); t_open.clear(); }
 inline void host_cp_wait(int pending) {
   while ((int)t_groups.size() > pending) {
@@ -185,13 +274,10 @@ SPLIT_K_GEMM_MAIN = (
           const auto warp_bars = host_warp_barriers(threads);
 #endif
           std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN: stale shared memory must never matter
-          std::vector<std::thread> ts;
-          for (int t = 0; t < threads; ++t)
-            ts.emplace_back([&, t] {
-              threadIdx = {(unsigned)t, 0, 0};
-              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial, counters.data() KERNEL_EXTRA_ARGS);
-            });
-          for (auto& th : ts) th.join();
+          host_launch(threads, [&](int t) {
+            threadIdx = {(unsigned)t, 0, 0};
+            KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, partial, counters.data() KERNEL_EXTRA_ARGS);
+          });
         }
     for (unsigned v : counters) if (v) { fprintf(stderr, "counter not reset: %u\n", v); return 4; }
     if (rep == 0) first = c;
@@ -219,7 +305,7 @@ WarpExchange g_wx[32];
 // The mma operands go through two exchanges in turn: the next mma writes the other, and the one after waits at the
 // next one's barrier, which every lane reaches only after reading this one; so an mma meets its warp once, not twice.
 WarpExchange g_mma_x[2][32];
-thread_local unsigned t_mma_turn = 0;
+HOST_FIBER_LOCAL(unsigned, t_mma_turn, 0);
 unsigned char* g_smem_base;
 size_t g_smem_size;
 std::atomic<long> g_conflicts{0}, g_ldmatrix{0};
@@ -364,15 +450,15 @@ def gxx() -> str | None:
     if not gxx:
         return None
     probe = subprocess.run(
-        [gxx, "-std=c++20", "-x", "c++", "-fsyntax-only", "-"],
-        input="#include <barrier>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
+        [gxx, "-std=c++17", "-x", "c++", "-fsyntax-only", "-"],
+        input="#include <ucontext.h>\nint main() { _Float16 h = 1.0f; return (int)(float)h - 1; }\n",
         capture_output=True,
         text=True,
     )
     return gxx if probe.returncode == 0 else None
 
 
-FLAGS = ("-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
+FLAGS = ("-std=c++17", "-O1", "-pthread", "-fno-strict-aliasing", "-w")
 # tests/conftest.py names a folder of the test session here; without it every build compiles from scratch.
 BUILD_CACHE_ENV = "AUTOTUNE_TEST_BUILD_CACHE"
 
@@ -386,7 +472,7 @@ def build(tmp_path, header: str, body: str, flags: tuple[str, ...] = FLAGS) -> P
     files, so every run still happens). The header is precompiled once per text; a precompiled header that g++
     cannot use is ignored and emu.h is read instead, so the cache changes only the time, never the build."""
     compiler = gxx()
-    assert compiler, "build() needs g++ with C++20 <barrier> and _Float16 (see gxx())"
+    assert compiler, "build() needs g++ with C++17 and _Float16 (see gxx())"
     (tmp_path / "emu.h").write_text(header)
     (tmp_path / "k.cpp").write_text(f'#include "emu.h"\n{body}')
     exe = tmp_path / "k"
@@ -444,13 +530,13 @@ def _locked(path: Path):
 # a split buffer or reading D before the wait shows up in the numbers. Include after MMA_PTX.
 WGMMA_PTX = r"""
 struct HostWgmmaOp { float* d; int nd; const unsigned* a; unsigned long long desc; int accumulate; };
-thread_local std::vector<HostWgmmaOp> t_wg_open;
-thread_local std::vector<std::vector<HostWgmmaOp>> t_wg_groups;
+HOST_FIBER_LOCAL(std::vector<HostWgmmaOp>, t_wg_open);
+HOST_FIBER_LOCAL(std::vector<std::vector<HostWgmmaOp>>, t_wg_groups);
 // A block's shared memory and its slot among the blocks that run at once (CLUSTER_MAIN runs a cluster's blocks
 // together; the other mains one block, slot 0, at g_smem_base).
-thread_local unsigned char* t_smem_base = nullptr;
-thread_local size_t t_smem_size = 0;
-thread_local int t_block_slot = 0;
+HOST_FIBER_LOCAL(unsigned char*, t_smem_base, nullptr);
+HOST_FIBER_LOCAL(size_t, t_smem_size, 0);
+HOST_FIBER_LOCAL(int, t_block_slot, 0);
 inline unsigned char* host_smem_base() { return t_smem_base ? t_smem_base : g_smem_base; }
 inline size_t host_smem_size() { return t_smem_base ? t_smem_size : g_smem_size; }
 unsigned g_wg_a[8 * 8][128][4];  // each warpgroup's A registers, published for the group's threads
@@ -505,15 +591,15 @@ template <int N> inline void wgmma_wait() {
 # barrier by t_bar); barrier.cluster is a host_barrier of the cluster's threads, mapa/st.shared::cluster address
 # the other blocks' shared memory. Include after WGMMA_PTX and define KERNEL and T. Same argv as SPLIT_K_GEMM_MAIN.
 CLUSTER_PRELUDE = r"""
-thread_local dim3 t_blockIdx;
-thread_local host_barrier* t_bar;
+HOST_FIBER_LOCAL(dim3, t_blockIdx);
+HOST_FIBER_LOCAL(host_barrier*, t_bar);
 #define blockIdx t_blockIdx
 inline void host_block_sync() { t_bar->arrive_and_wait(); }
 #define __syncthreads host_block_sync
 unsigned char* g_cluster_arena;
 size_t g_cluster_stride;
 host_barrier* g_cluster_bar;
-thread_local std::optional<host_barrier::arrival_token> t_cluster_token;
+HOST_FIBER_LOCAL(std::optional<host_barrier::arrival_token>, t_cluster_token);
 inline float* host_block_smem() { return (float*)t_smem_base; }
 inline void cluster_arrive_relaxed() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
 inline void cluster_arrive_release() { t_cluster_token.emplace(g_cluster_bar->arrive()); }
@@ -545,17 +631,14 @@ CLUSTER_MAIN = (
         g_cluster_bar = &cluster_bar;
         std::vector<std::unique_ptr<host_barrier>> block_bars;
         for (int q = 0; q < blocks; ++q) block_bars.emplace_back(new host_barrier(threads));
-        std::vector<std::thread> ts;
-        for (int q = 0; q < blocks; ++q)
-          for (int t = 0; t < threads; ++t)
-            ts.emplace_back([&, q, t] {
-              threadIdx = {(unsigned)t, 0, 0};
-              t_blockIdx = {x, y, (unsigned)q};
-              t_smem_base = base + q * stride; t_smem_size = smem_bytes; t_block_slot = q;
-              t_bar = block_bars[q].get();
-              KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr KERNEL_EXTRA_ARGS);
-            });
-        for (auto& th : ts) th.join();
+        host_launch(blocks * threads, [&](int i) {  // block q's threads are fibers q * threads ..
+          const int q = i / threads, t = i % threads;
+          threadIdx = {(unsigned)t, 0, 0};
+          t_blockIdx = {x, y, (unsigned)q};
+          t_smem_base = base + q * stride; t_smem_size = smem_bytes; t_block_slot = q;
+          t_bar = block_bars[q].get();
+          KERNEL((const T*)a.data(), (const T*)bptr, (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr KERNEL_EXTRA_ARGS);
+        });
       }
   }
   FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
@@ -572,10 +655,7 @@ CLUSTER_MAIN = (
 # the tensor's edges. A wait on a phase nothing will complete (it would hang) or a byte count that disagrees with
 # the boxes aborts. Include after WGMMA_PTX; KERNEL_EXTRA_ARGS passes the maps (host_tensor_map).
 TMA_PTX = r"""
-#include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #define __grid_constant__
 struct TensorMap { const float* base; long long width, height, ld; int box_w, box_h, swizzle; };  // swizzle: bytes
 inline TensorMap host_tensor_map(const void* p, int width, int height, int box_w, int box_h, int swizzle) {
@@ -588,26 +668,22 @@ struct HostMbar {
   long long expect = 0;
   std::vector<Box> boxes;
 };
-std::mutex g_mbar_mu;
-std::condition_variable g_mbar_cv;  // notified whenever a barrier is armed or gets a box
 std::map<const void*, HostMbar> g_mbars;
 inline HostMbar& host_mbar(const void* bar) {
   auto it = g_mbars.find(bar);
   if (it == g_mbars.end()) { fprintf(stderr, "mbarrier: used before mbarrier.init\n"); abort(); }
   return it->second;
 }
-inline void mbar_init(unsigned long long* bar) { std::lock_guard<std::mutex> l(g_mbar_mu); g_mbars[bar] = HostMbar{}; }
+inline void mbar_init(unsigned long long* bar) { g_mbars[bar] = HostMbar{}; host_progress(); }
 inline void mbar_fence_init() {}
 inline void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-  std::lock_guard<std::mutex> l(g_mbar_mu);
   HostMbar& b = host_mbar(bar);
   if (b.armed) { fprintf(stderr, "mbarrier: a second arrival in one phase (count 1)\n"); abort(); }
   b.armed = true;
   b.expect += bytes;
-  g_mbar_cv.notify_all();
+  host_progress();
 }
 inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned long long* bar) {
-  std::lock_guard<std::mutex> l(g_mbar_mu);
   const unsigned char* q = (const unsigned char*)dst;
   if ((uintptr_t)(q - host_smem_base()) % 128 || q < host_smem_base() ||
       q + (size_t)map->box_w * map->box_h * 4 > host_smem_base() + host_smem_size()) {
@@ -621,11 +697,10 @@ inline void tma_load_2d(void* dst, const TensorMap* map, int x, int y, unsigned 
   long long bytes = 0;
   for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
   if (bytes > b.expect) { fprintf(stderr, "mbarrier: expect_tx of %lld bytes, boxes of %lld\n", b.expect, bytes); abort(); }
-  g_mbar_cv.notify_all();
+  host_progress();
 }
 inline void mbar_wait(unsigned long long* bar, unsigned parity) {
-  // Blocks like try_wait's loop until thread 0 has issued the phase's boxes; 20 s without them is a hang on a GPU.
-  std::unique_lock<std::mutex> l(g_mbar_mu);
+  // Waits like try_wait's loop until thread 0 has issued the phase's boxes; if no thread can issue them, a GPU hangs.
   auto box_bytes = [](const HostMbar& b) {
     long long bytes = 0;
     for (const HostMbar::Box& box : b.boxes) bytes += (long long)box.map.box_w * box.map.box_h * 4;
@@ -635,11 +710,13 @@ inline void mbar_wait(unsigned long long* bar, unsigned parity) {
     const HostMbar& b = host_mbar(bar);
     return (int)parity != b.phase || (b.armed && box_bytes(b) == b.expect);
   };
-  if (!g_mbar_cv.wait_for(l, std::chrono::seconds(20), ready)) {
+  while (!ready()) {
+    if (host_yield()) continue;
     const HostMbar& b = host_mbar(bar);
     fprintf(stderr, "mbarrier: waiting on a phase nothing completes (a hang on a GPU): expect_tx of %lld bytes, boxes of %lld\n", b.expect, box_bytes(b));
     abort();
   }
+  host_progress();
   HostMbar& b = host_mbar(bar);
   if ((int)parity != b.phase) return;  // that phase has completed
   for (const HostMbar::Box& box : b.boxes) {

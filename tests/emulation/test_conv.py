@@ -231,8 +231,8 @@ def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
 
 
 # --- the kernel's arithmetic, run on the host ------------------------------------------------------
-# The rendered CUDA source is compiled with g++ against a few shims: one std::thread per CUDA thread,
-# __syncthreads as a std::barrier, blocks one after another, shared memory filled with NaN before each
+# The rendered CUDA source is compiled with g++ against a few shims: one fiber per CUDA thread,
+# __syncthreads as a host_barrier, blocks one after another, shared memory filled with NaN before each
 # block. It checks indexing, halos, padding, strides and every predicated edge; not the GPU's speed.
 
 EMU_HEADER = HEADER
@@ -270,13 +270,10 @@ int main(int argc, char** argv) {
         const auto warp_bars = host_warp_barriers(threads);
 #endif
         std::fill(smem.begin(), smem.end(), NAN);  // stale shared memory must never matter
-        std::vector<std::thread> ts;
-        for (int t = 0; t < threads; ++t)
-          ts.emplace_back([&, t] {
-            threadIdx = {(unsigned)t, 0, 0};
-            KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10] SCRATCH_ARGS);
-          });
-        for (auto& th : ts) th.join();
+        host_launch(threads, [&](int t) {
+          threadIdx = {(unsigned)t, 0, 0};
+          KERNEL((const T*)x.data(), (const T*)w.data(), y.data(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10] SCRATCH_ARGS);
+        });
       }
   }
 #ifdef SCRATCH
@@ -313,7 +310,7 @@ def _emulate(tmp_path, params, problem, smem_short=0, template="direct"):
     """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     r = render("conv2d", template, params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float smem[];", "float* smem = g_smem;")

@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
 def test_emulated_im2col_matches_numpy(tmp_path, shape, threads, monkeypatch):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     p = prob(shape)
     params = dict(P, IM_THREADS=threads)
     assert CONV.check_problem("im2col_gemm", params, p) is None
@@ -192,7 +192,7 @@ def test_emulated_im2col_matches_numpy(tmp_path, shape, threads, monkeypatch):
         tmp_path,
         HEADER,
         f"{im2col_part}\n#define KERNEL {step.kernel_name}\n{EMU_MAIN}",
-        ("-std=c++20", "-O1", "-pthread", "-w"),
+        ("-std=c++17", "-O1", "-pthread", "-w"),
     )
     x = np.random.default_rng(0).standard_normal((p.N, p.H, p.W, p.C)).astype(np.float16)
     x.tofile(tmp_path / "x.bin")

@@ -204,7 +204,7 @@ def _emulate(tmp_path, template, params, problem):
     """The kernel's output (float64, NCHW) and the float64 reference on the same rounded inputs."""
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     r = render("conv2d", template, params, problem)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     if template == "implicit_wmma":  # drop the device-only helpers: the shim provides them

@@ -206,7 +206,7 @@ def test_a_config_the_checks_reject_trips_a_static_assert_when_compiled_anyway(p
 
 
 # --- the kernel's arithmetic, run on the host ---------------------------------------------------------
-# One std::thread per CUDA thread, a std::barrier per block and one per warp. The PTX wrappers are replaced
+# One fiber per CUDA thread, a host_barrier per block and one per warp. The PTX wrappers are replaced
 # by lane-exact emulations: every lane publishes its operands (fragment registers or row addresses) to its
 # warp, the warp meets at the barrier, and each lane takes what the PTX ISA's fragment layouts give it.
 # cp.async copies land only when cp.async.wait_group lets them (the latest the hardware may), so a missing
@@ -254,14 +254,11 @@ int main(int argc, char** argv) {
       g_bar = &bar;
       const auto warp_bars = host_warp_barriers(threads);
       std::fill(smem.begin(), smem.end(), (unsigned char)0xff);  // NaN in both 16-bit types and in fp32
-      std::vector<std::thread> ts;
-      for (int t = 0; t < threads; ++t)
-        ts.emplace_back([&, t] {
-          threadIdx = {(unsigned)t, 0, 0};
-          KERNEL((const T*)operand[0], (const T*)operand[1], (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
-          if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
-        });
-      for (auto& th : ts) th.join();
+      host_launch(threads, [&](int t) {
+        threadIdx = {(unsigned)t, 0, 0};
+        KERNEL((const T*)operand[0], (const T*)operand[1], (T*)c.data(), M, N, K, alpha, beta, nullptr, nullptr);
+        if (!t_groups.empty() || !t_open.empty()) { fprintf(stderr, "cp.async groups left pending\n"); abort(); }
+      });
     }
   FILE* f = fopen((dir + "/out.bin").c_str(), "wb"); fwrite(c.data(), 1, c.size(), f); fclose(f);
   printf("%ld %ld\n", g_conflicts.load(), g_ldmatrix.load());
@@ -288,7 +285,7 @@ def emulate(tmp_path, params, dtype, layout, shape, alpha=1.0, beta=0.0):
     """Run the rendered kernel on the host; (relative error vs float64, ldmatrix bank conflicts, ldmatrix count)."""
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     problem = GEMM.problem(list(shape), dtype, layout)
     assert GEMM.check("mma", params) is None and GEMM.check_problem("mma", params, problem) is None
     r = render("gemm", "mma", params, problem)

@@ -176,8 +176,8 @@ def test_params_and_kinds():
 
 
 # --- the kernel's arithmetic, run on the host ---------------------------------------------------------
-# The rendered CUDA source is compiled with g++ against a few shims: one std::thread per CUDA thread,
-# __syncthreads as a std::barrier, blocks one after another (so the split-K block with the highest z is
+# The rendered CUDA source is compiled with g++ against a few shims: one fiber per CUDA thread,
+# __syncthreads as a host_barrier, blocks one after another (so the split-K block with the highest z is
 # always the last to arrive). It checks indexing, edges, the scalar fallback, beta, split-K and the reset
 # of the counters; it cannot check the GPU's memory model or speed.
 
@@ -203,7 +203,7 @@ def _values(raw, dtype, shape):
 def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=2):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     name = name_of(p, dtype, layout)
     src = sk.render(p, dtype, layout, name)
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))

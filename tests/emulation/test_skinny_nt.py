@@ -219,14 +219,14 @@ def test_the_family_default_for_nt_decode_is_skinny_nt_and_fits():
 
 
 # --- the kernel's arithmetic, run on the host ---------------------------------------------------------
-# The rendered CUDA source is compiled with g++ against the shims of tests/host_cuda.py (one std::thread per CUDA
-# thread, __syncthreads and __syncwarp as std::barriers, blocks one after another) plus a warp shuffle through a
+# The rendered CUDA source is compiled with g++ against the shims of tests/host_cuda.py (one fiber per CUDA
+# thread, __syncthreads and __syncwarp as host_barriers, blocks one after another) plus a warp shuffle through a
 # per-warp exchange. It checks indexing, edges, the scalar fallback, layout TT, beta, split-K and the reset of the
 # counters; it cannot check the GPU's memory model or speed.
 
 SHFL = r"""
 float g_shfl[2][32][32];  // two exchanges in turn, so a shuffle meets its warp once (as the mma's: host_cuda.py)
-thread_local unsigned t_shfl_turn = 0;
+HOST_FIBER_LOCAL(unsigned, t_shfl_turn, 0);
 inline float __shfl_xor_sync(unsigned, float v, int o) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
   float (&x)[32] = g_shfl[t_shfl_turn ^= 1u][w];
@@ -254,7 +254,7 @@ def _values(raw, dtype, shape):
 def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     name = nt.kernel_name(p, dtype, layout)
     src = nt.render(p, dtype, layout, name)
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))

@@ -106,7 +106,7 @@ def test_params_and_kinds():
 
 
 # --- the kernel's arithmetic, run on the host -------------------------------------------------------------
-# One std::thread per CUDA thread, blocks one after another (the split-K block with the highest z is always the
+# One fiber per CUDA thread, blocks one after another (the split-K block with the highest z is always the
 # last to arrive), mma.sync and cvt.rna.tf32 emulated lane by lane (tests/host_cuda.py). Shared memory starts as
 # NaN, so a fragment read from an unwritten slot poisons C.
 
@@ -114,7 +114,7 @@ def test_params_and_kinds():
 def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=2, patch=lambda src: src):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     r = rendered(p, layout, shape)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     decl = "extern __shared__ __align__(16) float smem[];"

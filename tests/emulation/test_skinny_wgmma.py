@@ -143,7 +143,7 @@ def test_params_and_the_auto_template():
 
 
 # --- the kernel's arithmetic, run on the host -------------------------------------------------------------
-# One std::thread per CUDA thread, blocks one after another, wgmma emulated per warpgroup when its group retires
+# One fiber per CUDA thread, blocks one after another, wgmma emulated per warpgroup when its group retires
 # (tests/host_cuda.py). Shared memory starts as NaN, so a fragment or descriptor read of an unwritten slot
 # poisons C.
 
@@ -151,7 +151,7 @@ def test_params_and_the_auto_template():
 def _emulate(tmp_path, p, layout, shape, alpha, beta, b_offset, reps=3, patch=lambda src: src, map_rows=None):
     compiler = gxx()
     if compiler is None:
-        pytest.skip("needs g++ with C++20 <barrier> and _Float16")
+        pytest.skip("needs g++ with C++17 and _Float16")
     r = rendered(p, layout, shape)
     src = "\n".join(line for line in r.source.splitlines() if not line.startswith("#include"))
     decl = "extern __shared__ __align__(128) float smem[];"

@@ -69,6 +69,16 @@ def made(tmp_path_factory):
     return report.write_report(JOURNAL, out, tuned_dir=TUNED), out
 
 
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """The report without a tuned dir and without a measured ceiling (written from a folder with no
+    benchmarks/results/), and its folder: two tests read it, and a report costs seconds."""
+    here = tmp_path_factory.mktemp("bare")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(here)
+        return report.write_report(JOURNAL, here / "out"), here / "out"
+
+
 def png_image(data: bytes) -> tuple[int, int, bytes]:
     """Check a PNG's structure (signature, chunk CRCs, IHDR, zlib data size); width, height, raw rows."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
@@ -147,17 +157,17 @@ def test_roofline_fraction_uses_the_shapes_intensity_and_the_ceilings():
     assert row["roofline_fraction"] == pytest.approx(2 * big["roofline_fraction"])
 
 
-def test_without_a_measured_ceiling_there_is_no_fraction_and_the_roofline_says_so(tmp_path, monkeypatch):
+def test_without_a_measured_ceiling_there_is_no_fraction_and_the_roofline_says_so(tmp_path, monkeypatch, bare):
     monkeypatch.chdir(tmp_path)  # no benchmarks/results/ here: no ceiling to read
     df = report.trials(JOURNAL)
     done = df[df["status"] == "complete"]
     assert (done["intensity"] > 0).all() and df["roofline_fraction"].isna().all()
     assert report.best(TUNED)["roofline_fraction"].isna().all()
-    rep = report.write_report(JOURNAL, tmp_path / "out")
+    rep, out = bare
     assert "Roofline" in rep.plots  # the trials against their intensity, without a roof
     notes = [n for n in rep.notes if n.startswith("Roofline")]
     assert len(notes) == 1 and "no measured ceiling for recorded float32" in notes[0]
-    assert "no measured ceiling" in (tmp_path / "out" / "report.html").read_text()
+    assert "no measured ceiling" in (out / "report.html").read_text()
 
 
 def write_ceilings(path: Path, gpu: str, flops: dict, bandwidth: float) -> Path:
@@ -400,11 +410,11 @@ def test_report_writes_csv_markdown_and_one_self_contained_page(made):
         assert any(p.startswith(title) for p in rep.plots), title
 
 
-def test_report_without_a_tuned_dir_says_why_the_speedup_plot_is_missing(tmp_path):
-    rep = report.write_report(JOURNAL, tmp_path)
-    assert len(rep.plots) == PLOTS_WITH_TUNED - 1 and not (tmp_path / "tuned.csv").exists()
+def test_report_without_a_tuned_dir_says_why_the_speedup_plot_is_missing(bare):
+    rep, out = bare
+    assert len(rep.plots) == PLOTS_WITH_TUNED - 1 and not (out / "tuned.csv").exists()
     assert any("--tuned-dir" in n for n in rep.notes)
-    assert "--tuned-dir" in (tmp_path / "report.html").read_text()
+    assert "--tuned-dir" in (out / "report.html").read_text()
 
 
 def test_importance_is_skipped_with_a_note_when_a_study_has_too_few_complete_trials(tmp_path):
