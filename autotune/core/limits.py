@@ -48,6 +48,7 @@ class DeviceLimits:
     threads_per_sm: int
     blocks_per_sm: int
     max_grid: tuple[int, int, int]
+    cluster_blocks: int = 8  # blocks in a portable thread-block cluster (sm_90; the older GPUs have no clusters)
 
     @property
     def max_grid_x(self) -> int:

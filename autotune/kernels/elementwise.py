@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.limits import SM90, DeviceLimits
+
 THREADS = 256
-BLOCKS_PER_SM = 8  # grid-stride loops: enough blocks to cover the SMs several times, no more
-MAX_GRID_Y = 65535
+WAVES = 8  # blocks an SM gets: grid-stride loops, enough blocks to cover the SMs several times, no more
 C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
@@ -42,9 +43,9 @@ SILU_MUL = Elementwise("gemm/silu_mul.cu.j2", "silu_mul", ("float32", "float16",
 KERNELS = (EPILOGUE, SILU_MUL)
 
 
-def grid(rows: int, cols: int, multiprocessors: int) -> tuple[int, int, int]:
-    """Blocks for a rows x cols pass: x over columns (``THREADS`` a block), y over rows, about ``BLOCKS_PER_SM``
-    blocks an SM in all (each strides over what is left)."""
-    most = BLOCKS_PER_SM * max(1, multiprocessors)
+def grid(rows: int, cols: int, multiprocessors: int, limits: DeviceLimits = SM90) -> tuple[int, int, int]:
+    """Blocks for a rows x cols pass: x over columns (``THREADS`` a block), y over rows, about ``WAVES`` blocks an
+    SM in all (each strides over what is left)."""
+    most = WAVES * max(1, multiprocessors)
     x = max(1, min(-(-cols // THREADS), most))
-    return (x, max(1, min(rows, most // x, MAX_GRID_Y)), 1)
+    return (x, max(1, min(rows, most // x, limits.max_grid_y)), 1)

@@ -36,7 +36,6 @@ MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once
 CONSUMER_ROWS = (64, 128)
 MAX_STAGES = 12
 MAX_SPLIT_K = 64
-MAX_CLUSTER = 8  # a portable cluster: CLUSTER takes SPLIT_K 2 to 8
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
@@ -75,10 +74,10 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
         return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
-    return check_cluster(p)
+    return check_cluster(p, limits)
 
 
-def check_cluster(params: Params) -> str | None:
+def check_cluster(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why CLUSTER cannot be on in this configuration, or None: a portable cluster of the tile's SPLIT_K blocks,
     and the partial tile (BW x MB floats) left in the drained ring."""
     p = params
@@ -86,8 +85,9 @@ def check_cluster(params: Params) -> str | None:
         return "CLUSTER must be true or false"
     if not cluster(p):
         return None
-    if not 2 <= p["SPLIT_K"] <= MAX_CLUSTER:
-        return f"CLUSTER needs SPLIT_K = 2 to {MAX_CLUSTER} (the tile's blocks form one portable cluster)"
+    if not 2 <= p["SPLIT_K"] <= limits.cluster_blocks:
+        most = limits.cluster_blocks
+        return f"CLUSTER needs SPLIT_K = 2 to {most} (the tile's blocks form one portable cluster)"
     if p["BW"] * p["MB"] * 4 > p["STAGES"] * (p["BW"] + p["MB"]) * BK * 2:
         return "CLUSTER needs the partial tile (BW x MB floats) to fit in the ring of STAGES stages"
     return None

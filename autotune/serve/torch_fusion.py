@@ -28,20 +28,15 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from .torch_fused import FusedConv2d, MergedLinears, fold_batchnorm, silu_mul
+
 log = logging.getLogger(__name__)
-_epilogue_broken = False  # the epilogue kernel failed once (no compiler, say): torch's ops take over
 
 RELU_FUNCTIONS = (torch.relu, torch.relu_, nn.functional.relu)
 # ops that take a column slice of a merged Linear's output (a strided view) as they take a dense tensor
 STRIDED_OK_FUNCTIONS = (operator.add, operator.mul, operator.sub, torch.add, torch.mul, torch.sub, torch.cat,
                         torch.sigmoid, torch.tanh, torch.relu, nn.functional.relu, nn.functional.silu,
                         nn.functional.gelu)  # fmt: skip
-# Merged Linears run as one GEMM up to this many rows of input: a 16-bit GEMM does M FLOPs per byte of weight
-# read, so at decode sizes it is bound by reading the weights and one launch reading them all saves the others'
-# ramp-up and tail (Llama-sized decode: 1.05x the weights' read floor). At prefill sizes it is bound by the tensor
-# cores; there the parts run on their own, into dense outputs (their column slices slowed the elementwise ops
-# after them: 0.91x torch at M = 2048 on the H200).
-MERGE_MAX_ROWS = 64
 STRIDED_OK_METHODS = ("add", "mul", "sub", "sigmoid", "tanh", "relu", "float", "to", "contiguous")
 RELU_METHODS = ("relu", "relu_")
 ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
@@ -69,154 +64,6 @@ class Fusion:
         return (f"{self.folded_bn} BatchNorm folded, {self.relu} conv+ReLU and {self.add_relu} conv+add+ReLU fused, "
                 f"{self.merged_linear} Linear merged into one reading the same input, {self.silu_mul} silu(a)*b "
                 "in one pass")  # fmt: skip
-
-
-class FusedConv2d(nn.Conv2d):
-    """``relu(conv2d(x, weight, bias) + z)`` (``residual``) or ``relu(conv2d(x, weight, bias))`` (``relu``) or
-    ``conv2d(x, weight, bias)``, for inference; made by :func:`fuse`."""
-
-    def __init__(self, *args: Any, relu: bool = False, residual: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.relu, self.residual = relu, residual
-        self._vendor: dict[tuple, Any] = {}  # input signature -> the faster of the fused and the separate ops
-
-    @classmethod
-    def like(cls, conv: nn.Conv2d, weight: Any = None, bias: Any = None) -> FusedConv2d:
-        """A new module with ``conv``'s hyper-parameters; its weight and bias are ``conv``'s own Parameters
-        (shared, not copied) unless new tensors are given."""
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-                  conv.groups, bias=True, padding_mode=conv.padding_mode, device="meta")  # fmt: skip
-        if isinstance(conv, FusedConv2d):
-            new.relu, new.residual = conv.relu, conv.residual
-        new.weight = conv.weight if weight is None else nn.Parameter(weight, requires_grad=False)
-        new.bias = conv.bias if bias is None else nn.Parameter(bias, requires_grad=False)
-        return new.train(conv.training)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + (", residual" if self.residual else "") + (", relu" if self.relu else "")
-
-    def finish(self, out: Any, z: Any = None) -> Any:
-        """The epilogue after the convolution computed without its bias: ``+ bias``, ``+ z`` and the ReLU, in
-        place on ``out``; on the GPU one kernel (``autotune.serve.elementwise``) where it takes the tensors, else
-        torch's ops."""
-        global _epilogue_broken
-        z = z if self.residual else None
-        if out.is_cuda and not _epilogue_broken and out.dim() == 4:
-            nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
-            if nhwc or out.is_contiguous():
-                try:
-                    from . import elementwise
-
-                    if elementwise.conv_epilogue(out, self.bias, z, self.relu, nhwc):
-                        return out
-                except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on
-                    log.warning("autotune.torch: the convolution epilogue kernel failed, torch's ops run it: %s", exc)
-                    _epilogue_broken = True
-        if self.bias is not None:
-            out = out.add_(self.bias.view(1, -1, 1, 1))
-        if z is not None:
-            out = out.add_(z) if z.shape == out.shape else out + z
-        return out.relu_() if self.relu else out
-
-    def separate(self, x: Any, z: Any = None) -> Any:
-        """torch's convolution without the bias, then :meth:`finish`."""
-        return self.finish(self._conv_forward(x, self.weight, None), z)
-
-    def fused(self, x: Any, z: Any = None) -> Any:
-        """cuDNN's fused convolution, bias, add and ReLU (``relu`` is required)."""
-        args = (self.bias, list(self.stride), list(self.padding), list(self.dilation), self.groups)
-        if self.residual:
-            return torch.cudnn_convolution_add_relu(x, self.weight, z, 1.0, *args)
-        return torch.cudnn_convolution_relu(x, self.weight, *args)
-
-    def forward(self, x: Any, z: Any = None) -> Any:
-        if self.training:
-            raise RuntimeError(
-                "autotune.torch: this convolution has a BatchNorm folded into it for inference; train the model "
-                "from before autotune.torch.optimize (or optimize with fuse=False)"
-            )
-        if (self.residual and z is None) or not self.relu or not x.is_cuda:
-            return self.separate(x, z)
-        key = (x.shape, x.dtype, x.stride(), x.device, None if z is None else (z.shape, z.stride(), z.dtype))
-        how = self._vendor.get(key)
-        if how is None:
-            how = self._choose(key, x, z)
-        return how(x, z)
-
-    def _choose(self, key: tuple, x: Any, z: Any) -> Any:
-        """The faster of :meth:`fused` and :meth:`separate` on this input (separate while a CUDA graph is
-        captured, or where cuDNN's fused op fails or disagrees)."""
-        from .torch_backend import AutotuneBackend
-
-        if AutotuneBackend.capturing() or self.padding_mode != "zeros" or (z is not None and z.shape != key[0]):
-            return self.separate
-        try:
-            want, got = self.separate(x, z), self.fused(x, z)
-            ok = got.shape == want.shape and bool((got - want).float().norm() <= 1e-2 * want.float().norm())
-        except Exception as exc:  # noqa: BLE001 - the fused op is an optimisation: torch's own ops remain
-            log.debug("autotune.torch: cuDNN's fused convolution failed: %s", exc)
-            ok = False
-        how = self.separate
-        if ok:
-            timed = AutotuneBackend.race(lambda: self.fused(x, z), lambda: self.separate(x, z), x)
-            how = self.fused if timed is not None and timed[0] < timed[1] else self.separate
-        self._vendor[key] = how
-        return how
-
-
-class MergedLinears(nn.Module):
-    """Linears that read one input (``parts``, in order) and one ``merged`` Linear over their concatenated
-    weights (the parts' weights are views of it). Up to ``MERGE_MAX_ROWS`` rows of input, the merged Linear runs
-    and the outputs are column slices of its output (strided views); above, each part runs on its own, into its
-    own dense output. Returns the outputs as a tuple."""
-
-    def __init__(self, merged: nn.Linear, parts: dict[str, nn.Linear]) -> None:
-        super().__init__()
-        self.merged, self.parts = merged, nn.ModuleDict(parts)
-        self.widths = [p.out_features for p in parts.values()]
-
-    def forward(self, x: Any) -> tuple[Any, ...]:
-        if x.numel() <= MERGE_MAX_ROWS * x.shape[-1]:
-            return self.merged(x).split(self.widths, dim=-1)
-        return tuple(part(x) for part in self.parts.values())
-
-
-def silu_mul(a: Any, b: Any) -> Any:
-    """``silu(a) * b``: one kernel on the GPU for up to ``MERGE_MAX_ROWS`` rows where it takes the tensors
-    (``autotune.serve.elementwise``), else torch's two ops (our kernel reads one element a thread and step: at
-    2048 x 14336 it was slower than torch's vectorized pair, Llama prefill 0.95x on the H200). The rewritten graph
-    calls this for ``F.silu(a) * b`` (a SwiGLU MLP's gate)."""
-    rows = a.numel() // max(1, a.shape[-1]) if a.dim() else 1
-    small = rows <= MERGE_MAX_ROWS  # decode-sized: one launch less counts; larger, torch's vectorized ops are faster
-    if small and a.is_cuda and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
-        from . import elementwise
-
-        if not _epilogue_broken:
-            out = elementwise.silu_mul(a, b)
-            if out is not None:
-                return out
-    return nn.functional.silu(a) * b
-
-
-def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> FusedConv2d:
-    """``conv`` followed by ``bn`` (eval mode, running statistics) as one convolution with a bias."""
-    with torch.no_grad():
-        w = conv.weight.detach().double()
-        b = conv.bias.detach().double() if conv.bias is not None else torch.zeros(w.shape[0], dtype=w.dtype,
-                                                                                  device=w.device)  # fmt: skip
-        scale = torch.rsqrt(bn.running_var.double() + bn.eps)
-        if bn.weight is not None:
-            scale = scale * bn.weight.detach().double()
-        shift = -bn.running_mean.double() * scale + (bn.bias.detach().double() if bn.bias is not None else 0.0)
-        weight = (w * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
-        weight = weight.contiguous(memory_format=_format_of(conv.weight))
-        bias = (b * scale + shift).to(conv.weight.dtype)
-    return FusedConv2d.like(conv, weight, bias)
-
-
-def _format_of(t: Any) -> Any:
-    cl = t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
-    return torch.channels_last if cl else torch.contiguous_format
 
 
 def fuse(model: Any) -> tuple[Any, Fusion]:

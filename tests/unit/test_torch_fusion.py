@@ -69,7 +69,7 @@ def net(seed=0):
 
 
 def test_folding_a_batchnorm_gives_the_same_convolution():
-    from autotune.serve.torch_fusion import fold_batchnorm
+    from autotune.serve.torch_fused import fold_batchnorm
 
     gen = torch.Generator().manual_seed(3)
     for bias in (False, True):
@@ -82,7 +82,8 @@ def test_folding_a_batchnorm_gives_the_same_convolution():
 
 
 def test_the_rewrite_folds_and_fuses_a_resnet_block_and_computes_the_same():
-    from autotune.serve.torch_fusion import FusedConv2d, fuse
+    from autotune.serve.torch_fused import FusedConv2d
+    from autotune.serve.torch_fusion import fuse
 
     model = net()
     x = torch.randn(2, 3, 12, 12)
@@ -217,7 +218,7 @@ def test_linears_reading_one_input_are_merged_into_one_without_a_second_copy_of_
     """Up to MERGE_MAX_ROWS rows the merged Linear runs and the outputs are its column slices; above, each Linear
     runs on its own (dense outputs for what follows)."""
     import autotune.torch as at
-    from autotune.serve.torch_fusion import MERGE_MAX_ROWS
+    from autotune.serve.torch_fused import MERGE_MAX_ROWS
 
     torch.manual_seed(5)
     model = Projections().eval()
@@ -277,13 +278,14 @@ def test_the_elementwise_kernels_compile_without_spills(dtype):
         r = compile_source(render_file(kernel.template, kernel.context(dtype)), kernel.kernel_name, "sm_90")
         assert r.ok, r.error
         assert r.spills == 0 and r.registers <= 64
-    most = 132 * ew.BLOCKS_PER_SM
+    most = 132 * ew.WAVES
     assert ew.grid(1, 1, 132) == (1, 1, 1) and ew.grid(1, 10**9, 132) == (most, 1, 1)
     assert ew.grid(10**9, 49, 132) == (1, most, 1) and ew.grid(2048, 14336, 132) == (56, most // 56, 1)
 
 
 def test_silu_times_a_tensor_becomes_one_call_and_computes_the_same():
-    from autotune.serve.torch_fusion import fuse, silu_mul
+    from autotune.serve.torch_fused import silu_mul
+    from autotune.serve.torch_fusion import fuse
 
     torch.manual_seed(6)
     model = Projections().eval()
