@@ -53,7 +53,7 @@ class FusedConv2d(nn.Conv2d):
         torch's ops."""
         global _epilogue_broken
         z = z if self.residual else None
-        if out.is_cuda and not _epilogue_broken and out.dim() == 4:
+        if out.is_cuda and not _epilogue_broken and out.dim() == 4 and not out.requires_grad:
             nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
             if nhwc or out.is_contiguous():
                 try:
@@ -87,6 +87,8 @@ class FusedConv2d(nn.Conv2d):
                 "autotune.torch: this convolution has a BatchNorm folded into it for inference; train the model "
                 "from before autotune.torch.optimize (or optimize with fuse=False)"
             )
+        if torch.is_grad_enabled() and (x.requires_grad or (z is not None and z.requires_grad)):
+            return self.separate(x, z)  # torch's ops only (finish sees out.requires_grad): autograd records them
         if (self.residual and z is None) or not self.relu or not x.is_cuda:
             return self.separate(x, z)
         key = (x.shape, x.dtype, x.stride(), x.device, None if z is None else (z.shape, z.stride(), z.dtype))

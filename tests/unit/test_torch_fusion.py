@@ -312,3 +312,17 @@ def test_silu_times_a_tensor_becomes_one_call_and_computes_the_same():
     assert done.silu_mul == 1
     x = torch.randn(3, 5)
     torch.testing.assert_close(fused(x), model(x))
+
+
+def test_a_fused_model_still_gives_gradients_for_its_input():
+    """Inference is what the rewrite is for, but an input that needs grad (attribution, say) gets one: the fused
+    modules fall back to torch's differentiable ops."""
+    model = net()
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    want = torch.autograd.grad(model(x).sum(), x)[0]
+    from autotune.serve.torch_fusion import fuse
+
+    fused, _ = fuse(model)
+    x2 = x.detach().clone().requires_grad_(True)
+    got = torch.autograd.grad(fused(x2).sum(), x2)[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
