@@ -210,32 +210,30 @@ def _graph_race(torch: Any, fns: tuple[Callable[[], Any], Callable[[], Any]], re
             for _ in range(RACE_CALLS):
                 fn()
         graphs.append(graph)
-    times: tuple[list[Any], list[Any]] = ([], [])
-    for _ in range(repeats):
-        for graph, into in zip(graphs, times, strict=True):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(100_000)  # the GPU busy while the host enqueues the replay
-            start.record()
-            graph.replay()
-            end.record()
-            into.append((start, end))
-    end.synchronize()
-    ours, theirs = (statistics.median(s.elapsed_time(e) for s, e in pairs) / RACE_CALLS for pairs in times)
-    return ours, theirs
+    # the GPU busy while the host enqueues each replay
+    return _interleaved(torch, (graphs[0].replay, graphs[1].replay), repeats, spin=100_000, calls=RACE_CALLS)
 
 
 def _eager_race(torch: Any, fns: tuple[Callable[[], Any], Callable[[], Any]], repeats: int) -> tuple[float, float]:
+    # ~0.5 ms of GPU work while the host enqueues each call
+    return _interleaved(torch, fns, repeats, spin=1_000_000, calls=1)
+
+
+def _interleaved(torch: Any, runs: tuple[Callable[[], Any], Callable[[], Any]], repeats: int, spin: int,
+                 calls: int) -> tuple[float, float]:  # fmt: skip
+    """Median GPU ms per call of each run (``calls`` calls a run), the two runs in turn ``repeats`` times, each
+    after ``spin`` cycles of GPU work so that the host's enqueueing is not timed."""
     times: tuple[list[Any], list[Any]] = ([], [])
     for _ in range(repeats):
-        for fn, into in zip(fns, times, strict=True):
+        for run, into in zip(runs, times, strict=True):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU work while the host enqueues the call
+            torch.cuda._sleep(spin)
             start.record()
-            fn()
+            run()
             end.record()
             into.append((start, end))
     end.synchronize()
-    ours, theirs = (statistics.median(s.elapsed_time(e) for s, e in pairs) for pairs in times)
+    ours, theirs = (statistics.median(s.elapsed_time(e) for s, e in pairs) / calls for pairs in times)
     return ours, theirs
 
 

@@ -12,6 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import elementwise
+from .torch_backend import AutotuneBackend
+
 log = logging.getLogger(__name__)
 _epilogue_broken = False  # an elementwise kernel failed once (no compiler, say): torch's ops take over
 
@@ -53,13 +56,11 @@ class FusedConv2d(nn.Conv2d):
         torch's ops."""
         global _epilogue_broken
         z = z if self.residual else None
-        if out.is_cuda and not _epilogue_broken and out.dim() == 4 and not out.requires_grad:
-            nhwc = not out.is_contiguous() and out.is_contiguous(memory_format=torch.channels_last)
-            if nhwc or out.is_contiguous():
+        if out.is_cuda and not _epilogue_broken and not out.requires_grad:
+            layout = AutotuneBackend.layout_of(out)
+            if layout is not None:
                 try:
-                    from . import elementwise
-
-                    if elementwise.conv_epilogue(out, self.bias, z, self.relu, nhwc):
+                    if elementwise.conv_epilogue(out, self.bias, z, self.relu, layout == "NHWC"):
                         return out
                 except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on
                     log.warning("autotune.torch: the convolution epilogue kernel failed, torch's ops run it: %s", exc)
@@ -100,8 +101,6 @@ class FusedConv2d(nn.Conv2d):
     def _choose(self, key: tuple, x: Any, z: Any) -> Any:
         """The faster of :meth:`fused` and :meth:`separate` on this input (separate while a CUDA graph is
         captured, or where cuDNN's fused op fails or disagrees)."""
-        from .torch_backend import AutotuneBackend
-
         if AutotuneBackend.capturing() or self.padding_mode != "zeros" or (z is not None and z.shape != key[0]):
             return self.separate
         try:
@@ -142,13 +141,20 @@ def silu_mul(a: Any, b: Any) -> Any:
     calls this for ``F.silu(a) * b`` (a SwiGLU MLP's gate)."""
     rows = a.numel() // max(1, a.shape[-1]) if a.dim() else 1
     small = rows <= MERGE_MAX_ROWS  # decode-sized: one launch less counts; larger, torch's vectorized ops are faster
-    if small and a.is_cuda and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
-        from . import elementwise
-
-        if not _epilogue_broken:
+    global _epilogue_broken
+    if (
+        small
+        and a.is_cuda
+        and not _epilogue_broken
+        and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+    ):
+        try:
             out = elementwise.silu_mul(a, b)
             if out is not None:
                 return out
+        except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on
+            log.warning("autotune.torch: the silu_mul kernel failed, torch's ops run it: %s", exc)
+            _epilogue_broken = True
     return nn.functional.silu(a) * b
 
 
@@ -163,11 +169,7 @@ def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> FusedConv2d:
             scale = scale * bn.weight.detach().double()
         shift = -bn.running_mean.double() * scale + (bn.bias.detach().double() if bn.bias is not None else 0.0)
         weight = (w * scale.view(-1, 1, 1, 1)).to(conv.weight.dtype)
-        weight = weight.contiguous(memory_format=_format_of(conv.weight))
+        nhwc = AutotuneBackend.layout_of(conv.weight) == "NHWC"
+        weight = weight.contiguous(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
         bias = (b * scale + shift).to(conv.weight.dtype)
     return FusedConv2d.like(conv, weight, bias)
-
-
-def _format_of(t: Any) -> Any:
-    cl = t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
-    return torch.channels_last if cl else torch.contiguous_format

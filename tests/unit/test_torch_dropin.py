@@ -646,3 +646,38 @@ def test_a_fast_serve_that_fails_hands_the_problem_to_torch(torch, caplog):
     rep = at.report(model).layers[0]
     assert rep.fallbacks == {Fallback.RUNTIME.value: 2} and rep.calls == {"autotune": 1, "torch": 2}
     assert "launch failed" in caplog.text
+
+
+def test_the_race_times_each_side_in_turn_after_a_spin_and_takes_the_median_per_call():
+    """The timing loop of the first-call race, with CUDA's events and spin stood in for by a fake clock: each run
+    is timed between its own events, after its spin, and the median is divided by the calls in a run."""
+    from types import SimpleNamespace
+
+    from autotune.serve import torch_backend
+
+    clock, spins = [0.0], []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.at = clock[0]
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+        def synchronize(self):
+            pass
+
+    def sleep(cycles):
+        spins.append(cycles)
+        clock[0] += 1000.0  # the spin runs before the start event: never timed
+
+    def run(ms):
+        return lambda: clock.__setitem__(0, clock[0] + next(ms))
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(Event=Event, _sleep=sleep))
+    ours, theirs = iter([4.0, 40.0, 4.0]), iter([8.0, 8.0, 2.0])
+    timed = torch_backend._interleaved(fake, (run(ours), run(theirs)), repeats=3, spin=7, calls=2)
+    assert timed == (2.0, 4.0) and spins == [7] * 6

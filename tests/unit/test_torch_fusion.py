@@ -326,3 +326,16 @@ def test_a_fused_model_still_gives_gradients_for_its_input():
     x2 = x.detach().clone().requires_grad_(True)
     got = torch.autograd.grad(fused(x2).sum(), x2)[0]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_folded_channels_last_filter_stays_channels_last():
+    from autotune.serve.torch_fused import fold_batchnorm
+
+    conv = nn.Conv2d(6, 10, 3).to(memory_format=torch.channels_last)
+    bn = randomize_bn(nn.BatchNorm2d(10), torch.Generator().manual_seed(7)).eval()
+    folded = fold_batchnorm(conv, bn)
+    w = folded.weight
+    assert w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+    x = torch.randn(1, 6, 9, 9).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        torch.testing.assert_close(folded.eval()(x), bn(conv(x)), rtol=1e-5, atol=1e-5)

@@ -125,12 +125,7 @@ def test_decode_configurations_compile_for_sm90a_without_spills(params, dtype):
     ],  # fmt: skip
 )
 def test_a_broken_decode_configuration_is_refused_by_the_check_and_the_template(change, words):
-    p = {**DECODE, **change}
-    reason = wd.check(p)
-    assert reason and all(w in reason for w in words), reason
-    r = rendered_decode(p)
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+    assert_refused_twice(wd, lambda p, _layout: rendered_decode(p), {**DECODE, **change}, words)
 
 
 def test_decode_takes_nn_linear_layout_with_whole_16_byte_rows_only():

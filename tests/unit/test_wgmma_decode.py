@@ -13,6 +13,7 @@ from autotune.build.compiler import compile_source
 from autotune.build.templates import render
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels.gemm import GEMM
+from tests.template_checks import assert_refused_twice
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = sorted(ROOT.glob("tuned/*/gemm.json"))
@@ -86,12 +87,7 @@ def test_mb_128_compiles_without_cluster_too(split_k):
     ],  # fmt: skip
 )
 def test_a_cluster_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
-    p = {**WIDE, **change}
-    reason = wd.check(p)
-    assert reason and all(w in reason for w in words), reason
-    r = rendered(p)
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+    assert_refused_twice(wd, lambda p, _layout: rendered(p), {**WIDE, **change}, words)
 
 
 def test_cluster_must_be_a_bool():
