@@ -2,6 +2,7 @@
 
     python3 benchmarks/models.py [--quick] [--out DIR] [--case SUBSTRING ...]
     python3 benchmarks/models.py --record DIR [--case ...]     # only write each case's workload YAML
+    python3 benchmarks/models.py --untuned [--quick]           # before any tuning: online choice and vendor only
     (autotune's git revision goes into the results; without a checkout, from $AUTOTUNE_GIT_REV)
 
 Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
@@ -34,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -270,8 +272,8 @@ def layer_table(torch: Any, opt: Any, x: Any, quick: bool) -> list[dict[str, Any
     return rows
 
 
-def run_case(torch: Any, case: Case, quick: bool, fuse: bool = True) -> dict[str, Any]:
-    row: dict[str, Any] = {"case": case.name + ("" if fuse else "+unfused"), "model": case.model,
+def run_case(torch: Any, case: Case, quick: bool, fuse: bool = True, tag: str = "") -> dict[str, Any]:
+    row: dict[str, Any] = {"case": case.name + ("" if fuse else "+unfused") + tag, "model": case.model,
                            "dtype": case.dtype, "batch": case.batch,
                            "layout": "channels_last" if case.channels_last else "contiguous"}  # fmt: skip
     base, opt, ref = build(torch, case, fuse)
@@ -418,7 +420,14 @@ def main() -> int:
     ap.add_argument("--no-fuse", action="store_true",
                     help="optimize(model, fuse=False): no BatchNorm folding, ReLU fusion or Linear merging (the "
                     "cases are written as CASE+unfused)")  # fmt: skip
+    ap.add_argument("--untuned", action="store_true",
+                    help="before any tuning: an empty tuned directory and a fresh online-choice cache (temporary "
+                    "directories), so only the runtime's online choice and the vendor serve (cases written as "
+                    "CASE+untuned)")  # fmt: skip
     args = ap.parse_args()
+    if args.untuned:  # read by the runtime on every lookup; set before the first one
+        os.environ["AUTOTUNE_TUNED_DIR"] = tempfile.mkdtemp(prefix="autotune-untuned-")
+        os.environ["AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-cache-")
     try:
         import torch
     except ImportError:
@@ -437,8 +446,9 @@ def main() -> int:
     for case in chosen:
         t0 = time.perf_counter()
         try:
+            tag = "+untuned" if args.untuned else ""
             row = (record_case(torch, case, args.record) if args.record
-                   else run_case(torch, case, args.quick, not args.no_fuse))  # fmt: skip
+                   else run_case(torch, case, args.quick, not args.no_fuse, tag))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a failed case is recorded, the others still run
             row = {"case": case.name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         row["wall_s"] = time.perf_counter() - t0
