@@ -9,30 +9,31 @@ from typing import Any
 
 from ..build.compiler import compile_source
 from ..build.templates import render_file
-from ..kernels.elementwise import EPILOGUE, SILU_MUL, THREADS, Elementwise, grid
+from ..kernels.elementwise import EPILOGUE, SILU_MUL, THREADS, Elementwise, grid, packs, vec
 from ..measure import streams
 from ..measure.evaluate import load_kernel
 
-_loaded: dict[tuple[str, str, int], tuple[Any, int]] = {}
+_loaded: dict[tuple[str, str, int, bool], tuple[Any, int]] = {}
 
 
-def _function(kernel: Elementwise, dtype: str, device: int) -> tuple[Any, int] | None:
-    """The loaded kernel for ``dtype`` on ``device`` and the device's SM count; None while a CUDA graph is being
-    captured and it is not loaded yet (loading a module is no call to make inside a capture)."""
-    key = (kernel.kernel_name, dtype, device)
+def _function(kernel: Elementwise, dtype: str, device: int, vector: bool = False) -> tuple[Any, int] | None:
+    """The loaded kernel for ``dtype`` on ``device`` (``vector``: its 16-byte-pack form) and the device's SM
+    count; None while a CUDA graph is being captured and it is not loaded yet (loading a module is no call to make
+    inside a capture)."""
+    key = (kernel.kernel_name, dtype, device, vector)
     got = _loaded.get(key)
     if got is None:
         if streams.capturing():
             return None
-        got = _loaded[key] = _load(kernel, dtype, device)
+        got = _loaded[key] = _load(kernel, dtype, device, vector)
     return got
 
 
-def _load(kernel: Elementwise, dtype: str, device: int) -> tuple[Any, int]:
+def _load(kernel: Elementwise, dtype: str, device: int, vector: bool) -> tuple[Any, int]:
     import cupy as cp
 
     with cp.cuda.Device(device) as dev:
-        source = render_file(kernel.template, kernel.context(dtype))
+        source = render_file(kernel.template, kernel.context(dtype, vector))
         compiled = compile_source(source, kernel.kernel_name, f"sm_{dev.compute_capability}")
         if not compiled.ok:
             raise RuntimeError(f"the {kernel.kernel_name} kernel did not compile: {compiled.error}")
@@ -82,8 +83,9 @@ def _row_stride(t: Any) -> int | None:
     return ld
 
 
-def silu_mul(a: Any, b: Any) -> Any:
-    """``silu(a) * b`` as a new dense tensor, or None where the kernel does not take ``a`` and ``b``."""
+def silu_mul(a: Any, b: Any, packed_only: bool = False) -> Any:
+    """``silu(a) * b`` as a new dense tensor, or None where the kernel does not take ``a`` and ``b``
+    (``packed_only``: nor where it cannot read them in 16-byte packs)."""
     import numpy as np
 
     dtype = _dtype(a)
@@ -93,16 +95,20 @@ def silu_mul(a: Any, b: Any) -> Any:
     device = a.get_device()
     if lda is None or ldb is None or device < 0 or b.get_device() != device:
         return None
-    loaded = _function(SILU_MUL, dtype, device)
-    if loaded is None:
-        return None
     import torch
 
-    fn, sms = loaded
-    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
     cols = a.shape[-1]
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    vector = packs(dtype, cols, (lda, ldb), (a.data_ptr(), b.data_ptr(), out.data_ptr()))
+    if packed_only and not vector:
+        return None
+    loaded = _function(SILU_MUL, dtype, device, vector)
+    if loaded is None:
+        return None
+    fn, sms = loaded
     rows = a.numel() // cols
     args = (np.uint64(out.data_ptr()), np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.int64(rows),
             np.int32(cols), np.int64(lda), np.int64(ldb))  # fmt: skip
-    fn(grid(rows, cols, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
+    fn(grid(rows, cols // vec(dtype) if vector else cols, sms), (THREADS, 1, 1), args,
+       stream=streams.stream_of_torch(device))  # fmt: skip
     return out

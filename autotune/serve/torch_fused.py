@@ -135,21 +135,15 @@ class MergedLinears(nn.Module):
 
 
 def silu_mul(a: Any, b: Any) -> Any:
-    """``silu(a) * b``: one kernel on the GPU for up to ``MERGE_MAX_ROWS`` rows where it takes the tensors
-    (``autotune.serve.elementwise``), else torch's two ops (our kernel reads one element a thread and step: at
-    2048 x 14336 it was slower than torch's vectorized pair, Llama prefill 0.95x on the H200). The rewritten graph
-    calls this for ``F.silu(a) * b`` (a SwiGLU MLP's gate)."""
-    rows = a.numel() // max(1, a.shape[-1]) if a.dim() else 1
-    small = rows <= MERGE_MAX_ROWS  # decode-sized: one launch less counts; larger, torch's vectorized ops are faster
+    """``silu(a) * b``: one kernel on the GPU where it takes the tensors (``autotune.serve.elementwise``), else
+    torch's two ops. Above ``MERGE_MAX_ROWS`` rows only its 16-byte-pack form runs: its element-a-step form was
+    slower than torch's vectorized pair at 2048 x 14336 (Llama prefill 0.95x on the H200). The rewritten graph calls
+    this for ``F.silu(a) * b`` (a SwiGLU MLP's gate)."""
     global _epilogue_broken
-    if (
-        small
-        and a.is_cuda
-        and not _epilogue_broken
-        and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
-    ):
+    if a.is_cuda and not _epilogue_broken and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
+        rows = a.numel() // max(1, a.shape[-1]) if a.dim() else 1
         try:
-            out = elementwise.silu_mul(a, b)
+            out = elementwise.silu_mul(a, b, packed_only=rows > MERGE_MAX_ROWS)
             if out is not None:
                 return out
         except Exception as exc:  # noqa: BLE001 - torch's ops compute the same: use them from now on

@@ -244,8 +244,14 @@ def test_the_epilogue_kernel_matches_torchs_ops(torch, dtype, channels_last, ter
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("shape, split", [((1, 64), True), ((5, 3, 48), True), ((7, 40), False)])
+@pytest.mark.parametrize(
+    "shape, split", [((1, 64), True), ((5, 3, 48), True), ((7, 40), False), ((3, 2, 36), True), ((9, 13), False),
+                     ((300, 1032), True)]
+)  # fmt: skip
 def test_the_silu_mul_kernel_matches_torch_on_column_slices(torch, dtype, shape, split):
+    """Both forms: 16-byte packs where the columns and row strides are whole packs (fp16 and bf16: 8 elements,
+    fp32: 4), an element a step where they are not (36 and 13 columns in 16-bit, 13 in fp32)."""
+    from autotune.kernels import elementwise as ew
     from autotune.serve import elementwise
 
     torch.manual_seed(1)
@@ -259,3 +265,5 @@ def test_the_silu_mul_kernel_matches_torch_on_column_slices(torch, dtype, shape,
     want = torch.nn.functional.silu(a.float()) * b.float()
     torch.testing.assert_close(out.float(), want, rtol={"float32": 1e-5}.get(dtype, 1e-2), atol=1e-2)
     assert elementwise.silu_mul(a, b.t() if b.dim() == 2 else b[..., ::2]) is None  # shapes or strides it refuses
+    packed = shape[-1] % ew.vec(dtype) == 0
+    assert (elementwise.silu_mul(a, b, packed_only=True) is not None) == packed

@@ -264,25 +264,6 @@ def test_linears_whose_output_is_reshaped_are_not_merged():
     assert fused is model and done.merged_linear == 0
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_the_elementwise_kernels_compile_without_spills(dtype):
-    from autotune.build.compiler import compile_source
-    from autotune.build.templates import render_file
-    from autotune.kernels import elementwise as ew
-
-    for kernel in ew.KERNELS:
-        if dtype not in kernel.dtypes:
-            with pytest.raises(ValueError, match=f"not {dtype}"):
-                kernel.context(dtype)
-            continue
-        r = compile_source(render_file(kernel.template, kernel.context(dtype)), kernel.kernel_name, "sm_90")
-        assert r.ok, r.error
-        assert r.spills == 0 and r.registers <= 64
-    most = 132 * ew.WAVES
-    assert ew.grid(1, 1, 132) == (1, 1, 1) and ew.grid(1, 10**9, 132) == (most, 1, 1)
-    assert ew.grid(10**9, 49, 132) == (1, most, 1) and ew.grid(2048, 14336, 132) == (56, most // 56, 1)
-
-
 def test_silu_times_a_tensor_becomes_one_call_and_computes_the_same():
     from autotune.serve.torch_fused import silu_mul
     from autotune.serve.torch_fusion import fuse
