@@ -89,6 +89,7 @@ def gpu_rows(bursts: int = 300) -> list[dict]:
         ("Linear 4096->4096 M=1 no bias", nn.Linear(4096, 4096, bias=False), (1, 4096)),
         ("Linear 4096->4096 M=16 no bias", nn.Linear(4096, 4096, bias=False), (16, 4096)),
         ("Linear 1024->1024 M=1 bias", nn.Linear(1024, 1024), (1, 1024)),
+        ("Linear 1024->1024 M=16 bias", nn.Linear(1024, 1024), (16, 1024)),
         ("Conv2d 64->64 1x1 8x8 no bias", nn.Conv2d(64, 64, 1, bias=False), (1, 64, 8, 8)),
         ("Conv2d 64->64 3x3 8x8 bias", nn.Conv2d(64, 64, 3, padding=1), (1, 64, 8, 8)),
     ]
@@ -165,6 +166,10 @@ def _fake_gpu() -> type:
 
         streams = {(-1, 0): "stream"}
         stream_of = staticmethod(lambda device, s=streams: s[(device, 0)])  # one dict lookup, as on the GPU
+
+        @staticmethod
+        def bias_rows(out, bias, rows, stream):
+            return True  # the device-to-device copies, as no-ops (the CPU tensors' pointers are no device's)
 
         def gemm(self, a, b, out, alpha, beta):
             pass  # the general path's calls.gemm, as a no-op

@@ -3,7 +3,7 @@
     python3 benchmarks/models.py [--quick] [--out DIR] [--case SUBSTRING ...]
     python3 benchmarks/models.py --record DIR [--case ...]     # only write each case's workload YAML
     python3 benchmarks/models.py --untuned [--quick]           # before any tuning: online choice and vendor only
-    (autotune's git revision goes into the results; without a checkout, from $AUTOTUNE_GIT_REV)
+    (autotune's git revision goes into the results: $AUTOTUNE_GIT_REV where set, else git's)
 
 Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
 batch 1 and 32 and fp16 channels-last at batch 8; the linear layers of a Llama-3-8B-sized decoder layer
@@ -320,6 +320,8 @@ def record_case(torch: Any, case: Case, out: Path) -> dict[str, Any]:
 
 
 def git_rev() -> str:
+    if os.environ.get("AUTOTUNE_GIT_REV"):  # a copy of the tree whose .git is not the commit it holds
+        return os.environ["AUTOTUNE_GIT_REV"]
     try:
         rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()  # fmt: skip

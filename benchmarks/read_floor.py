@@ -5,7 +5,9 @@ Each array is read once by a grid-stride loop of 16-byte loads (4 or 8 in flight
 ``graph_ms(arrays)`` reads every array back to back inside one CUDA graph (one kernel per array, as a model's
 layers read their weights one after another) and returns the fastest of the six variants: the least time any
 kernel that reads each array once can take, launches and all, measured in the same process as the numbers it
-bounds. Used by ``models.py`` (the Llama layer at decode) and ``probes/probe_decode_nt.py``.
+bounds. Used by ``models.py`` (the Llama layer at decode) and ``probes/probe_decode_nt.py``. ``flushed_ms(array,
+flush, plan)`` times one array's read from a clean L2 the way ``tuned_vs_vendor.py`` times a kernel (the floor of
+a decode GEMM's weight read).
 """
 
 from __future__ import annotations
@@ -84,6 +86,30 @@ def graph_ms(arrays: list[Any], repeats: int = 15, target_ms: float = 20.0) -> t
             graph = stream.end_capture()
         best = min(best, _time(graph, stream, repeats, target_ms))
     return best, verified
+
+
+def flushed_ms(a: Any, flush: Any, plan: Any, pick_plan: Any = None) -> tuple[float, bool]:
+    """(ms, verified): the fastest variant's time to read ``a`` once from a clean L2, timed as the kernels it
+    bounds are (``autotune.measure.bench.time_launches``: event-timed launches, ``flush`` before each, the median
+    over ``plan``; the variants compared over ``pick_plan`` first where given, a shorter plan). verified: each
+    variant's word sum of its first read equals CuPy's."""
+    import cupy as cp
+
+    from autotune.measure.bench import time_launches
+
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    expected = word_sum(a)
+    timed, verified = [], True
+    for name, per_sm in VARIANTS:
+        fn = _module().get_function(name)
+        sums = cp.zeros(1, dtype=cp.uint32)
+        grid, args = (sms * per_sm,), (a, cp.int64(a.nbytes // 16), sums)
+        fn(grid, (256,), args)
+        verified = verified and int(sums.get()[0]) == expected
+        launch = lambda fn=fn, grid=grid, args=args: fn(grid, (256,), args)  # noqa: E731
+        timed.append((time_launches(launch, flush, pick_plan or plan).median_ms, launch))
+    best, launch = min(timed, key=lambda t: t[0])
+    return (time_launches(launch, flush, plan).median_ms if pick_plan else best), verified
 
 
 def _time(graph: Any, stream: Any, repeats: int, target_ms: float) -> float:

@@ -6,6 +6,9 @@ For every entry of tuned/<this GPU's key>/<kernel>.json: verify the stored confi
 random inputs, time it (L2 flushed, median of many launches) and time cuBLAS on the same shape, then print a
 table and write <out>/<kernel>_<gpu-key>.json and .csv with the GPU, versions and date inside. --quick times
 with the search's short plan (>= 40 ms of repeats) instead of the final one (>= 400 ms): a smoke run, noisier.
+Decode GEMMs (layout NT, M <= 64: bound by reading W once) also get their read floor, timed the same way in the
+same process: a plain streaming read of W's bytes from a clean L2 (``read_floor.flushed_ms``), and each side's
+share of it (``pct_floor``: floor time / kernel time).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -29,6 +33,25 @@ from autotune.measure.bench import L2Flusher  # noqa: E402
 from autotune.measure.evaluate import Candidate, Settings, evaluate, time_vendor  # noqa: E402
 from autotune.results.store import read, tuned_file  # noqa: E402
 from autotune.tune.search import FINAL_PLAN, SEARCH_PLAN  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from read_floor import flushed_ms  # noqa: E402
+
+DECODE_ROWS = 64  # NT GEMMs up to this M are bound by reading W: they get a read floor
+
+
+def floor_of(problem: Any, layout: str, flush: Any, plan: Any) -> dict[str, Any]:
+    """The read floor of a decode GEMM's weight (W, N x K), or nothing for other problems."""
+    if layout != "NT" or getattr(problem, "M", DECODE_ROWS + 1) > DECODE_ROWS:
+        return {}
+    import cupy
+
+    from autotune.kernels.gemm_problem import ITEMSIZE
+
+    words = problem.N * problem.K * ITEMSIZE[problem.dtype] // 4
+    w = cupy.random.default_rng(7).integers(0, 1 << 31, words, dtype=cupy.int32)
+    ms, verified = flushed_ms(w, flush, plan, pick_plan=SEARCH_PLAN)
+    return {"floor_ms": ms, "floor_verified": verified}
 
 
 def main() -> int:
@@ -62,6 +85,10 @@ def main() -> int:
         r = evaluate(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings, flush)
         vendor = time_vendor(args.kernel, problem, flush, plan)
         ok = r.ok and r.timing is not None
+        floor = floor_of(problem, layout, flush, plan)
+        if floor:
+            floor["pct_floor"] = 100 * floor["floor_ms"] / r.timing.median_ms if ok else None
+            floor["vendor_pct_floor"] = 100 * floor["floor_ms"] / vendor[1].median_ms if vendor else None
         rows.append({
             "dtype": dtype, "layout": layout, "shape": label, "kernel": r.kernel_name, "status": r.status.value,
             "rel_error": r.error, "ms": r.timing.median_ms if ok else None,
@@ -70,7 +97,7 @@ def main() -> int:
             "vendor_tflops": problem.flops / vendor[1].median_ms / 1e9 if vendor else None,
             "vendor_tbps": problem.bytes / vendor[1].median_ms / 1e9 if vendor else None,
             "x_vendor": vendor[1].median_ms / r.timing.median_ms if ok and vendor else None,
-            "stored_x_vendor": e.get("vendor_ratio"),
+            "stored_x_vendor": e.get("vendor_ratio"), **floor,
         })  # fmt: skip
     if not rows:
         print(f"tuned_vs_vendor: no entry of {path} fits the installed templates; tune again.", file=sys.stderr)
@@ -94,18 +121,19 @@ def main() -> int:
     stem = args.out / f"{args.kernel}_{gpu.key}"
     stem.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     with stem.with_suffix(".csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
 
     print(f"{gpu.name}  {meta['versions']}  {meta['date']}")
     print(f"{'dtype':>8} {'layout':>6} {'shape':>16} {'status':>9} {'ms':>9} {'TFLOP/s':>8} {'TB/s':>6} "
-          f"{'vendor':>8} {'vTB/s':>6} {'x vendor':>9}  kernel")  # fmt: skip
+          f"{'vendor':>8} {'vTB/s':>6} {'x vendor':>9} {'% floor':>8} {'vendor %':>8}  kernel")  # fmt: skip
     for r in rows:
         f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
         print(f"{r['dtype']:>8} {r['layout']:>6} {r['shape']:>16} {r['status']:>9} {f(r['ms'], '.4f'):>9} "
               f"{f(r['tflops'], '.1f'):>8} {f(r['tbps'], '.2f'):>6} {f(r['vendor_tflops'], '.1f'):>8} "
-              f"{f(r['vendor_tbps'], '.2f'):>6} {f(r['x_vendor'], '.2f'):>9}  {r['kernel']}")  # fmt: skip
+              f"{f(r['vendor_tbps'], '.2f'):>6} {f(r['x_vendor'], '.2f'):>9} {f(r.get('pct_floor'), '.1f'):>8} "
+              f"{f(r.get('vendor_pct_floor'), '.1f'):>8}  {r['kernel']}")  # fmt: skip
     return 0 if all(r["status"] == "complete" for r in rows) else 1
 
 

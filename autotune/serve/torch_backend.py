@@ -3,10 +3,10 @@ tensors with autotune's runtime.
 
 Each input signature of a routed module gets, once, a *fast serve*: a closure holding the launcher, the output
 shape, dtype and device, which per call checks the operands' layout and alignment, allocates the output with
-``torch.empty`` (or the bias, cloned, for the fused epilogue), and launches on the operands' ``data_ptr()`` on
-torch's current stream (read per call). No CuPy array is made and no stream context is entered. Calls it cannot
-take (an operand off a 16-byte boundary, another current device) return None and take the general path:
-``gemm``/``conv2d`` of ``autotune.serve.calls`` on torch tensors.
+``torch.empty`` (for the fused epilogue, its rows set to the bias by device-to-device copies, ``bias_rows``), and
+launches on the operands' ``data_ptr()`` on torch's current stream (read per call). No CuPy array is made and no
+stream context is entered. Calls it cannot take (an operand off a 16-byte boundary, another current device)
+return None and take the general path: ``gemm``/``conv2d`` of ``autotune.serve.calls`` on torch tensors.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class AutotuneBackend:
         dev = x.get_device()
         if kind == "linear":
             return fast_linear(launcher.launch_ptrs, x, module.out_features, fuse_bias, dev, self.device_reader(),
-                               self.stream_of)  # fmt: skip
+                               self.stream_of, self.bias_rows)  # fmt: skip
         return fast_conv(launcher.launch_ptrs, x, module, plan.problem.layout, cache, dev, self.device_reader(),
                          self.stream_of)  # fmt: skip
 
@@ -191,6 +191,14 @@ class AutotuneBackend:
         return cupy.cuda.runtime.getDevice
 
     stream_of = staticmethod(streams.stream_of_torch)  # torch's current stream, as a launch's stream=
+
+    @staticmethod
+    def bias_rows(out: Any, bias: Any, rows: int, stream: Any) -> bool:
+        """Set each of the ``rows`` rows of ``out`` (dense) to ``bias`` (dense, one row) on ``stream``, with
+        device-to-device copies instead of a torch op (a clone of the expanded bias cost ~14 us of host time on
+        the H200 host): one copy for one row, else one 2-D copy whose source pitch is 0 where the runtime takes
+        it (tried once, never inside a graph capture). False: nothing done; the caller copies with torch."""
+        return _copy_rows(out.data_ptr(), bias.data_ptr(), bias.numel() * bias.element_size(), rows, stream.ptr)
 
     def gemm(self, a: Any, b: Any, out: Any, alpha: float, beta: float) -> None:
         self._gemm(a, b, out, alpha, beta)
@@ -237,14 +245,42 @@ def _interleaved(torch: Any, runs: tuple[Callable[[], Any], Callable[[], Any]], 
     return ours, theirs
 
 
+_broadcast_2d: bool | None = None  # whether cudaMemcpy2DAsync takes a source pitch of 0 (None: not tried yet)
+
+
+def _copy_rows(out: int, row: int, nbytes: int, rows: int, stream: int) -> bool:
+    """``rows`` copies of the ``nbytes`` at ``row`` to ``out`` (dense) on ``stream`` (see ``bias_rows``)."""
+    import cupy
+
+    global _broadcast_2d
+    rt = cupy.cuda.runtime
+    if rows == 1:
+        rt.memcpyAsync(out, row, nbytes, rt.memcpyDeviceToDevice, stream)
+        return True
+    if _broadcast_2d is False or (_broadcast_2d is None and AutotuneBackend.capturing()):
+        return False
+    try:
+        rt.memcpy2DAsync(out, nbytes, row, 0, nbytes, rows, rt.memcpyDeviceToDevice, stream)
+    except rt.CUDARuntimeError as exc:  # a pitch of 0 refused: torch's copy from now on
+        log.debug("autotune.torch: a 2-D copy with source pitch 0 was refused (%s); bias rows by torch", exc)
+        _broadcast_2d = False
+        return False
+    _broadcast_2d = True
+    return True
+
+
+BiasRows = Callable[[Any, Any, int, Any], bool]  # (out, bias, rows, stream) -> done (AutotuneBackend.bias_rows)
+
+
 def fast_linear(launch: Any, x: Any, n: int, fuse_bias: bool, dev: int, device_now: Callable[[], int],
-                stream_of: Callable[[int], Any]) -> FastServe:  # fmt: skip
+                stream_of: Callable[[int], Any], bias_rows: BiasRows) -> FastServe:  # fmt: skip
     """``x @ weight.t() + bias`` for inputs shaped like ``x`` (contiguous, [..., in]): the NT GEMM on W in place,
-    the output allocated in its final shape; with ``fuse_bias``, the bias cloned into it and added by the
-    epilogue (beta = 1)."""
+    the output allocated in its final shape; with ``fuse_bias``, its rows set to the bias (``bias_rows``) and the
+    bias added by the epilogue (beta = 1)."""
     torch = _torch()
     empty, dense = torch.empty, torch.contiguous_format
     shape, dtype, device = (*x.shape[:-1], n), x.dtype, x.device
+    rows = x.numel() // max(1, x.shape[-1])
 
     def serve(x: Any, w: Any, bias: Any) -> Any:
         if not (x.is_contiguous() and w.is_contiguous()):
@@ -252,13 +288,16 @@ def fast_linear(launch: Any, x: Any, n: int, fuse_bias: bool, dev: int, device_n
         xp, wp = x.data_ptr(), w.data_ptr()
         if (xp | wp) & 15 or device_now() != dev or w.get_device() != dev:
             return None
-        if bias is not None and (bias.dtype != dtype or bias.get_device() != dev):
+        if bias is not None and (bias.dtype != dtype or bias.get_device() != dev or not bias.is_contiguous()):
             return None
+        stream = stream_of(dev)
         if bias is not None and fuse_bias:
-            out, beta = bias.expand(shape).clone(memory_format=dense), 1.0
+            out, beta = empty(shape, dtype=dtype, device=device), 1.0
+            if not bias_rows(out, bias, rows, stream):
+                out = bias.expand(shape).clone(memory_format=dense)
         else:
             out, beta = empty(shape, dtype=dtype, device=device), 0.0
-        launch(xp, wp, out.data_ptr(), 1.0, beta, stream_of(dev))
+        launch(xp, wp, out.data_ptr(), 1.0, beta, stream)
         if bias is not None and not fuse_bias:
             out.add_(bias)
         return out

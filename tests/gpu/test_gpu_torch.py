@@ -267,3 +267,26 @@ def test_the_silu_mul_kernel_matches_torch_on_column_slices(torch, dtype, shape,
     assert elementwise.silu_mul(a, b.t() if b.dim() == 2 else b[..., ::2]) is None  # shapes or strides it refuses
     packed = shape[-1] % ew.vec(dtype) == 0
     assert (elementwise.silu_mul(a, b, packed_only=True) is not None) == packed
+
+
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_bias_rows_set_every_row_of_a_linear_output_to_the_bias(torch, rows):
+    """The fast serve's start of a Linear output with a bias: device-to-device copies on torch's stream, eager and
+    captured in a CUDA graph; where the runtime refuses a 2-D copy with source pitch 0 (rows > 1) it says so."""
+    from autotune.measure import streams
+    from autotune.serve.torch_backend import AutotuneBackend
+
+    bias = torch.randn(300, device="cuda", dtype=torch.float16)
+    out = torch.full((rows, 300), float("nan"), device="cuda", dtype=torch.float16)
+    done = AutotuneBackend.bias_rows(out, bias, rows, streams.stream_of_torch(0))
+    assert done or rows > 1  # one row is one plain copy
+    if not done:
+        return
+    torch.cuda.synchronize()
+    assert torch.equal(out, bias.expand_as(out))
+    graph, out2 = torch.cuda.CUDAGraph(), torch.full_like(out, float("nan"))
+    with torch.cuda.graph(graph):
+        assert AutotuneBackend.bias_rows(out2, bias, rows, streams.stream_of_torch(0))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out2, bias.expand_as(out2))

@@ -371,6 +371,12 @@ class CPUBackend(AutotuneBackend):
         return ("torch's current stream on", device)
 
     @staticmethod
+    def bias_rows(out, bias, rows, stream):  # the device-to-device copies of the real backend, with torch on the CPU
+        assert stream is not None and out.numel() == rows * bias.numel()
+        out.copy_(bias.expand(out.shape))
+        return True
+
+    @staticmethod
     def step(kernel, problem, sizes, device):
         return "exact"
 
@@ -681,3 +687,34 @@ def test_the_race_times_each_side_in_turn_after_a_spin_and_takes_the_median_per_
     ours, theirs = iter([4.0, 40.0, 4.0]), iter([8.0, 8.0, 2.0])
     timed = torch_backend._interleaved(fake, (run(ours), run(theirs)), repeats=3, spin=7, calls=2)
     assert timed == (2.0, 4.0) and spins == [7] * 6
+
+
+def test_bias_rows_are_one_copy_for_a_row_and_one_2d_copy_with_source_pitch_0_until_the_runtime_refuses(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    from autotune.serve import torch_backend
+
+    rt, calls = cupy.cuda.runtime, []
+    refuse = [False]
+
+    def copy2d(*args):
+        calls.append(("2d", *args))
+        if refuse[0]:
+            raise rt.CUDARuntimeError(1)  # cudaErrorInvalidValue
+
+    monkeypatch.setattr(rt, "memcpyAsync", lambda *args: calls.append(("1d", *args)))
+    monkeypatch.setattr(rt, "memcpy2DAsync", copy2d)
+    monkeypatch.setattr(torch_backend, "_broadcast_2d", None)
+    capturing = [True]
+    monkeypatch.setattr(torch_backend.AutotuneBackend, "capturing", staticmethod(lambda: capturing[0]))
+    d2d = rt.memcpyDeviceToDevice
+    assert torch_backend._copy_rows(4096, 512, 2048, 1, 7)  # one row: one copy, capturing or not
+    assert calls == [("1d", 4096, 512, 2048, d2d, 7)]
+    assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and len(calls) == 1  # untried: not in a capture
+    capturing[0] = False
+    assert torch_backend._copy_rows(4096, 512, 2048, 16, 7)
+    assert calls[-1] == ("2d", 4096, 2048, 512, 0, 2048, 16, d2d, 7)
+    monkeypatch.setattr(torch_backend, "_broadcast_2d", None)
+    refuse[0] = True
+    assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and torch_backend._broadcast_2d is False
+    tried = len(calls)
+    assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and len(calls) == tried  # not tried again
