@@ -13,7 +13,7 @@ still fill the GPU) and MB = 128 for M above 64.
 
     python3 benchmarks/probes/probe_decode_nt.py [--dtypes float16 bfloat16 float32] [--ms 1 4 16 64]
                                                  [--templates skinny_nt wgmma_decode]
-                                                 [--out benchmarks/results/decode_nt.json]
+                                                 [--out runs/decode_nt.json]
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def main() -> int:
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32"])
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 4, 16, 64])
     ap.add_argument("--templates", nargs="+", choices=TEMPLATES, default=list(TEMPLATES))
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode_nt.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "decode_nt.json")
     args = ap.parse_args()
 
     import cupy as cp
