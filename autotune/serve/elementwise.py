@@ -5,6 +5,7 @@ not take the call (another dtype, a layout it does not read); the caller then us
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..build.compiler import compile_source
@@ -12,8 +13,11 @@ from ..build.templates import render_file
 from ..kernels.elementwise import EPILOGUE, SILU_MUL, THREADS, Elementwise, grid, packs, vec
 from ..measure import streams
 from ..measure.evaluate import load_kernel
+from .launcher import packed_scalars, pointer
 
 _loaded: dict[tuple[str, str, int, bool], tuple[Any, int]] = {}
+_launches: dict[tuple, tuple[tuple[int, int, int], tuple[Any, ...]]] = {}  # sizes -> (grid, packed scalars)
+_MOST_LAUNCHES = 1024  # sizes kept; a model has a few dozen
 
 
 def _function(kernel: Elementwise, dtype: str, device: int, vector: bool = False) -> tuple[Any, int] | None:
@@ -40,6 +44,17 @@ def _load(kernel: Elementwise, dtype: str, device: int, vector: bool) -> tuple[A
         return load_kernel(compiled, 0), dev.attributes["MultiProcessorCount"]
 
 
+def _sized(key: tuple, rows: int, cols: int, sms: int, scalars: Callable[[], tuple]) -> tuple[tuple[int, ...], tuple]:
+    """The grid and the packed scalar arguments (``scalars()``) of a launch over rows x cols with these sizes, made
+    once per ``key`` (NumPy scalars converted by CuPy on every launch cost microseconds of host time a call)."""
+    got = _launches.get(key)
+    if got is None:
+        if len(_launches) >= _MOST_LAUNCHES:
+            _launches.clear()
+        got = _launches[key] = (grid(rows, cols, sms), packed_scalars(scalars()))
+    return got
+
+
 def _dtype(t: Any) -> str:
     return str(t.dtype).removeprefix("torch.")
 
@@ -62,10 +77,13 @@ def conv_epilogue(y: Any, bias: Any, z: Any, relu: bool, nhwc: bool) -> bool:
     fn, sms = loaded
     _, k, p, q = y.shape
     total = y.numel()
-    args = (np.uint64(y.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
-            np.uint64(0 if z is None else z.data_ptr()), np.int64(total), np.int32(k), np.int32(p * q),
-            np.int32(nhwc), np.int32(relu))  # fmt: skip
-    fn(grid(1, total, sms), (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
+    blocks, scalars = _sized(
+        ("epilogue", total, k, p * q, nhwc, relu, sms), 1, total, sms,
+        lambda: (np.int64(total), np.int32(k), np.int32(p * q), np.int32(nhwc), np.int32(relu)),
+    )  # fmt: skip
+    args = (pointer(y.data_ptr()), pointer(0 if bias is None else bias.data_ptr()),
+            pointer(0 if z is None else z.data_ptr()), *scalars)  # fmt: skip
+    fn(blocks, (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
     return True
 
 
@@ -107,8 +125,9 @@ def silu_mul(a: Any, b: Any, packed_only: bool = False) -> Any:
         return None
     fn, sms = loaded
     rows = a.numel() // cols
-    args = (np.uint64(out.data_ptr()), np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), np.int64(rows),
-            np.int32(cols), np.int64(lda), np.int64(ldb))  # fmt: skip
-    fn(grid(rows, cols // vec(dtype) if vector else cols, sms), (THREADS, 1, 1), args,
-       stream=streams.stream_of_torch(device))  # fmt: skip
+    blocks, scalars = _sized(("silu_mul", rows, cols, lda, ldb, vector, dtype, sms), rows,
+                             cols // vec(dtype) if vector else cols, sms,
+                             lambda: (np.int64(rows), np.int32(cols), np.int64(lda), np.int64(ldb)))  # fmt: skip
+    args = (pointer(out.data_ptr()), pointer(a.data_ptr()), pointer(b.data_ptr()), *scalars)
+    fn(blocks, (THREADS, 1, 1), args, stream=streams.stream_of_torch(device))
     return out

@@ -60,6 +60,17 @@ def _by_value(x: Any) -> Any:
     return _VALUE(np.array([x], dtype=x.dtype)) if isinstance(x, np.generic) else x
 
 
+def packed_scalars(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Constant kernel arguments (NumPy scalars) as CuPy's by-value objects, so that a launch passing them again
+    converts nothing (as they are where this CuPy has no such classes)."""
+    return tuple(_by_value(v) for v in values) if PACKED and _cupy_args() else values
+
+
+def pointer(address: int) -> Any:
+    """A device address as CuPy's argument object for one (as the int it is where this CuPy has none)."""
+    return _PTR(address) if PACKED and _cupy_args() else address
+
+
 class DevicePointer(int):
     """A device address that templates reading ``x.data.ptr`` (skinny_wgmma's tensor maps) accept as an
     operand; to CuPy's launch it is the plain 64-bit integer it is."""

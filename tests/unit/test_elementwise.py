@@ -47,3 +47,29 @@ def test_packs_need_whole_packs_in_columns_strides_and_addresses(seed):
     assert not ew.packs(dtype, cols + odd, strides, addresses)  # columns not whole packs
     assert not ew.packs(dtype, cols, (cols, strides[1] + odd), addresses)  # a row stride not whole packs
     assert not ew.packs(dtype, cols, strides, (addresses[0], addresses[1] + size, addresses[2]))  # misaligned
+
+
+def test_a_launch_grid_and_its_packed_scalars_are_made_once_per_sizes(monkeypatch):
+    np = pytest.importorskip("numpy")
+    from autotune.kernels import elementwise as ew
+    from autotune.serve import elementwise as se
+    from autotune.serve import launcher
+
+    monkeypatch.setattr(se, "_launches", {})
+    made = []
+
+    def scalars():
+        made.append(1)
+        return np.int64(4), np.int32(1000)
+
+    grid1, packed1 = se._sized(("silu_mul", 4, 1000), 4, 1000, 132, scalars)
+    grid2, packed2 = se._sized(("silu_mul", 4, 1000), 4, 1000, 132, scalars)
+    assert made == [1] and grid1 == grid2 == ew.grid(4, 1000, 132) and packed1 is packed2
+    se._sized(("silu_mul", 5, 1000), 5, 1000, 132, scalars)
+    assert made == [1, 1]  # other sizes: made again
+    if launcher._cupy_args():  # this CuPy has argument classes: nothing is converted again per launch
+        assert all(type(v) is launcher._VALUE for v in packed1)
+        assert type(launcher.pointer(4096)) is launcher._PTR
+    monkeypatch.setattr(se, "_MOST_LAUNCHES", 2)
+    se._sized(("silu_mul", 6, 1000), 6, 1000, 132, scalars)
+    assert len(se._launches) == 1  # full: cleared, then this one kept
