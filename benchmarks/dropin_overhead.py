@@ -1,9 +1,10 @@
 """Host time the torch drop-in adds per call: ``autotune.torch.optimize(layer)`` against the same torch layer, eager.
 
-Goal (issue 25): in eager mode the drop-in adds at most about 5 us of host time per call. Both layers are
+Goal (issue 25): in eager mode the drop-in adds at most about 5 us of host time per call. The layers are
 timed in the same process with perf_counter, in bursts of 100 calls (synchronized, untimed, between bursts),
-on problems small enough that the host, not the GPU, sets the pace; ``added_us`` is the optimized layer's
-host time per call minus torch's.
+torch's layer and the optimized variants in turn each round, on problems small enough that the host, not the GPU,
+sets the pace; ``added_us`` is the median over rounds of the optimized layer's host time per call minus torch's
+in the same round.
 
     python3 benchmarks/dropin_overhead.py              # on a GPU: nn.Linear and nn.Conv2d, our kernels
     python3 benchmarks/dropin_overhead.py --fake       # no GPU: the Python path with a no-op launch
@@ -43,6 +44,27 @@ def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
     return statistics.median(times)
 
 
+def interleaved_us(fns: dict, bursts: int, burst: int = 100, sync=None) -> dict[str, list[float]]:
+    """Host microseconds per call of each function in ``fns``, one burst of ``burst`` calls each in turn,
+    ``bursts`` rounds (synchronized, untimed, after every burst): a drift of the host's speed during the run hits
+    every function alike, and a difference is taken within a round."""
+    for fn in fns.values():
+        for _ in range(3 * burst):
+            fn()
+    if sync:
+        sync()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(bursts):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            times[name].append((time.perf_counter() - t0) / burst * 1e6)
+            if sync:
+                sync()
+    return times
+
+
 def _pair(torch, layer, x, bursts, sync) -> list[dict]:
     """torch's layer; the optimized copy; the optimized copy as before the fast paths (every call through
     ``calls.gemm``/``conv2d`` with torch tensors, CuPy views made per call); the optimized copy with every plan
@@ -58,25 +80,33 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
         def fast(self, *args):
             return None
 
-    base = copy.deepcopy(layer)
-    rows = []
-    with torch.inference_mode():
-        theirs = host_us(lambda: base(x), bursts, sync=sync)
-        rows.append({"what": "torch", "host_us": theirs})
-        for what, backend, hot in (("optimized", None, True), ("optimized, before (no fast paths)", Before(), False)):
-            opt = at.optimize(copy.deepcopy(layer), backend=backend)
-            torch_calls.HOT = hot
+    def cold(opt):  # the general path: every call through calls.gemm/conv2d
+        def run():
+            torch_calls.HOT = False
             try:
-                opt(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
-                ours = host_us(lambda opt=opt: opt(x), bursts, sync=sync)
+                opt(x)
             finally:
                 torch_calls.HOT = True
-            routes = "/".join(sorted({p.route.value for p in opt.__dict__[at.ATTR].plans.values()}))
-            rows.append({"what": f"{what} ({routes})", "host_us": ours, "added_us": ours - theirs})
-        router = opt.__dict__[at.ATTR]
+
+        return run
+
+    routes = lambda opt: "/".join(sorted({p.route.value for p in opt.__dict__[at.ATTR].plans.values()}))  # noqa: E731
+    with torch.inference_mode():
+        base = copy.deepcopy(layer)
+        opt, before, sent = (at.optimize(copy.deepcopy(layer), backend=b) for b in (None, Before(), None))
+        for m in (opt, before, sent):
+            m(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
+        router = sent.__dict__[at.ATTR]
         router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
-        sent = host_us(lambda: opt(x), bursts, sync=sync)
-        rows.append({"what": "optimized (vendor route)", "host_us": sent, "added_us": sent - theirs})
+        names = ("torch", f"optimized ({routes(opt)})", f"optimized, before (no fast paths) ({routes(before)})",
+                 "optimized (vendor route)")  # fmt: skip
+        fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x))
+        times = interleaved_us(dict(zip(names, fns, strict=True)), bursts, sync=sync)
+    theirs = times["torch"]
+    rows = [{"what": "torch", "host_us": statistics.median(theirs)}]
+    for name in names[1:]:
+        added = statistics.median(t - u for t, u in zip(times[name], theirs, strict=True))
+        rows.append({"what": name, "host_us": statistics.median(times[name]), "added_us": added})
     return rows
 
 
