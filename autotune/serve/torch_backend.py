@@ -254,6 +254,8 @@ def _copy_rows(out: int, row: int, nbytes: int, rows: int, stream: int) -> bool:
 
     global _broadcast_2d
     rt = cupy.cuda.runtime
+    if rows == 0:
+        return True
     if rows == 1:
         rt.memcpyAsync(out, row, nbytes, rt.memcpyDeviceToDevice, stream)
         return True

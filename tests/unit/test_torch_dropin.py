@@ -707,6 +707,7 @@ def test_bias_rows_are_one_copy_for_a_row_and_one_2d_copy_with_source_pitch_0_un
     capturing = [True]
     monkeypatch.setattr(torch_backend.AutotuneBackend, "capturing", staticmethod(lambda: capturing[0]))
     d2d = rt.memcpyDeviceToDevice
+    assert torch_backend._copy_rows(4096, 512, 2048, 0, 7) and calls == []  # no row: nothing to copy
     assert torch_backend._copy_rows(4096, 512, 2048, 1, 7)  # one row: one copy, capturing or not
     assert calls == [("1d", 4096, 512, 2048, d2d, 7)]
     assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and len(calls) == 1  # untried: not in a capture
