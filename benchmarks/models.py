@@ -5,6 +5,9 @@
     python3 benchmarks/models.py --untuned [--quick]           # before any tuning: online choice and vendor only
     (autotune's git revision goes into the results: $AUTOTUNE_GIT_REV where set, else git's)
 
+--zoo runs other models instead (benchmarks/zoo.py: MobileNetV3, EfficientNet-B0, ConvNeXt-T, ViT-B/16, a BERT
+encoder, a small Llama; needs torchvision and transformers), written beside the judged cases.
+
 Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
 batch 1 and 32 and fp16 channels-last at batch 8; the linear layers of a Llama-3-8B-sized decoder layer
 (q 4096->4096, k and v 4096->1024, o 4096->4096, gate and up 4096->14336, down 14336->4096; no bias), fp16
@@ -49,6 +52,9 @@ sys.path.insert(0, str(ROOT))
 import autotune  # noqa: E402
 import autotune.torch as at  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import zoo  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Case:
@@ -59,7 +65,12 @@ class Case:
     batch: int  # images, or M (tokens)
 
 
-def cases() -> list[Case]:
+def cases(zoo: bool = False) -> list[Case]:
+    """The judged cases, or (``zoo``) the other models of ``zoo.py``."""
+    if zoo:
+        return [Case(f"zoo-{name}-{'fp16' if dt == 'float16' else 'bf16' if dt == 'bfloat16' else 'fp32'}"
+                     f"{'-cl' if cl else ''}-b{batch}", f"zoo:{name}", dt, cl, batch)
+                for name, dt, cl, batch in ZOO]  # fmt: skip
     out = [Case("resnet50-fp32-nchw-b1", "resnet50", "float32", False, 1),
            Case("resnet50-fp32-nchw-b32", "resnet50", "float32", False, 32),
            Case("resnet50-fp16-cl-b8", "resnet50", "float16", True, 8)]  # fmt: skip
@@ -91,6 +102,10 @@ def llama_linears(torch: Any) -> Any:
     return LlamaLinears()
 
 
+ZOO = (("mobilenet_v3_large", "float32", False, 1), ("mobilenet_v3_large", "float16", True, 8),
+       ("efficientnet_b0", "float16", True, 8), ("convnext_tiny", "float32", False, 4),
+       ("vit_b_16", "float16", False, 8),
+       ("bert4", "float16", False, 8), ("llama2l", "bfloat16", False, 1))  # fmt: skip
 _built: dict[tuple, tuple[Any, Any]] = {}  # the last (model, dtype, layout): cases of other sizes reuse it
 
 
@@ -106,6 +121,8 @@ def build(torch: Any, case: Case, fuse: bool = True) -> tuple[Any, Any, Any]:
                 import torchvision
 
                 base = torchvision.models.resnet50(weights=None)
+            elif case.model.startswith("zoo:"):
+                base = zoo.build(torch, case.model.removeprefix("zoo:"))
             else:
                 base = llama_linears(torch)
         base = base.eval()
@@ -118,6 +135,8 @@ def build(torch: Any, case: Case, fuse: bool = True) -> tuple[Any, Any, Any]:
 
 def make_input(torch: Any, case: Case) -> Any:
     g = torch.Generator(device="cuda").manual_seed(1)
+    if case.model.startswith("zoo:"):
+        return zoo.make_input(torch, case.model.removeprefix("zoo:"), case.batch, g)
     shape = (case.batch, 3, 224, 224) if case.model == "resnet50" else (case.batch, 4096)
     return torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
 
@@ -202,8 +221,6 @@ def weights_floor(torch: Any, model: Any, torch_graph_ms: float) -> dict[str, An
     streaming kernel, one kernel per layer in a CUDA graph), and the most any forward that reads each weight once
     could gain over torch: torch's graph time over the floor."""
     import cupy as cp
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from read_floor import graph_ms
 
     weights = [cp.asarray(m.weight.detach().view(torch.int16 if m.weight.element_size() == 2 else torch.int32))
@@ -279,8 +296,8 @@ def run_case(torch: Any, case: Case, quick: bool, fuse: bool = True, tag: str = 
     base, opt, ref = build(torch, case, fuse)
     x64 = make_input(torch, case)
     fmt = torch.channels_last if case.channels_last else torch.contiguous_format
-    x = x64.to(dtype=getattr(torch, case.dtype), memory_format=fmt)
-    top1 = case.model == "resnet50"
+    x = x64.to(dtype=getattr(torch, case.dtype), memory_format=fmt) if x64.is_floating_point() else x64
+    top1 = case.model == "resnet50" or (case.model.startswith("zoo:") and zoo.ENTRIES[case.model[4:]].classifier)
     with torch.inference_mode():
         want = ref(x64)
         t0 = time.perf_counter()
@@ -362,7 +379,7 @@ def merged(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     now = {r["case"] for r in rows}
     kept = [{"date": earlier.get("date"), "autotune_rev": earlier.get("versions", {}).get("autotune_rev"), **r}
             for r in earlier.get("cases", []) if r.get("case") not in now]  # fmt: skip
-    order = {c.name: i for i, c in enumerate(cases())}
+    order = {c.name: i for i, c in enumerate(cases() + cases(zoo=True))}
     return sorted(rows + kept, key=lambda r: (order.get(r["case"].split("+")[0], len(order)), r["case"]))
 
 
@@ -422,6 +439,9 @@ def main() -> int:
     ap.add_argument("--no-fuse", action="store_true",
                     help="optimize(model, fuse=False): no BatchNorm folding, ReLU fusion or Linear merging (the "
                     "cases are written as CASE+unfused)")  # fmt: skip
+    ap.add_argument("--zoo", action="store_true",
+                    help="run the other models of benchmarks/zoo.py (MobileNetV3, EfficientNet-B0, ConvNeXt-T, "
+                    "ViT-B/16, a BERT encoder, a small Llama) instead of the judged cases")  # fmt: skip
     ap.add_argument("--untuned", action="store_true",
                     help="before any tuning: an empty tuned directory and a fresh online-choice cache (temporary "
                     "directories), so only the runtime's online choice and the vendor serve (cases written as "
@@ -440,9 +460,9 @@ def main() -> int:
         return 2
     torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     meta = metadata(torch, args)  # first: a case that breaks the CUDA context cannot take it with it
-    chosen = [c for c in cases() if not args.case or any(s in c.name for s in args.case)]
+    chosen = [c for c in cases(args.zoo) if not args.case or any(s in c.name for s in args.case)]
     if not chosen:
-        print(f"no case matches {args.case}; cases: {', '.join(c.name for c in cases())}")
+        print(f"no case matches {args.case}; cases: {', '.join(c.name for c in cases(args.zoo))}")
         return 2
     rows = []
     for case in chosen:
