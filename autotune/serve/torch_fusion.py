@@ -13,11 +13,16 @@ A ``FusedConv2d`` is routed like any ``nn.Conv2d``: our kernel computes the conv
 convolution-bias-add-ReLU (``torch.cudnn_convolution_add_relu``) where that is faster than cuDNN's convolution
 followed by ``finish`` on the input it sees (raced once per input signature, like the drop-in's own race). The
 model passed in is not changed by the rewrite: folded convolutions are new modules, the others are shared.
-A model that ``torch.fx`` cannot trace is served unfused; the reason is kept in the report.
+A model that ``torch.fx`` cannot trace as a whole (a forward of several inputs, control flow on values, as in
+most Hugging Face models) has each of its submodules that can be traced rewritten on its own (a Llama MLP, say),
+in a shallow copy of the model: the copy's submodule keeps every attribute of the original and runs the rewritten
+graph as its forward. Where nothing can be rewritten the model is served unfused; the reason is kept in the
+report.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import operator
@@ -38,6 +43,7 @@ STRIDED_OK_FUNCTIONS = (operator.add, operator.mul, operator.sub, torch.add, tor
                         torch.sigmoid, torch.tanh, torch.relu, nn.functional.relu, nn.functional.silu,
                         nn.functional.gelu)  # fmt: skip
 STRIDED_OK_METHODS = ("add", "mul", "sub", "sigmoid", "tanh", "relu", "float", "to", "contiguous")
+STRIDED_OK_MODULES = (nn.SiLU, nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid)  # activations called as modules
 RELU_METHODS = ("relu", "relu_")
 ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
 ADD_METHODS = ("add", "add_")
@@ -55,30 +61,78 @@ class Fusion:
     merged_linear: int = 0  # Linears merged into another that reads the same input
     silu_mul: int = 0  # silu(a) * b computed in one pass
     skipped: str = ""
+    parts: int = 0  # submodules rewritten on their own (the whole model could not be traced: ``whole``)
+    whole: str = ""
 
     def __str__(self) -> str:
         if self.skipped:
             return f"graph not rewritten: {self.skipped}"
         if not (self.folded_bn or self.relu or self.add_relu or self.merged_linear or self.silu_mul):
             return "graph not rewritten: nothing to fold, fuse or merge"
-        return (f"{self.folded_bn} BatchNorm folded, {self.relu} conv+ReLU and {self.add_relu} conv+add+ReLU fused, "
-                f"{self.merged_linear} Linear merged into one reading the same input, {self.silu_mul} silu(a)*b "
-                "in one pass")  # fmt: skip
+        where = f"{self.parts} submodules rewritten on their own (the whole model: {self.whole}): " * bool(self.parts)
+        return (f"{where}{self.folded_bn} BatchNorm folded, {self.relu} conv+ReLU and {self.add_relu} conv+add+ReLU "
+                f"fused, {self.merged_linear} Linear merged into one reading the same input, {self.silu_mul} "
+                "silu(a)*b in one pass")  # fmt: skip
+
+    def __add__(self, other: Fusion) -> Fusion:
+        return Fusion(self.folded_bn + other.folded_bn, self.relu + other.relu, self.add_relu + other.add_relu,
+                      self.merged_linear + other.merged_linear, self.silu_mul + other.silu_mul, "",
+                      self.parts + other.parts, self.whole or other.whole)  # fmt: skip
 
 
 def fuse(model: Any) -> tuple[Any, Fusion]:
-    """The model with its BatchNorms folded and ReLUs fused (a ``torch.fx.GraphModule``), or ``model`` itself
-    when there is nothing to rewrite or it cannot be traced; and what was done."""
+    """The model with its BatchNorms folded and ReLUs fused (a ``torch.fx.GraphModule``), or a shallow copy with
+    some submodules rewritten (the whole model cannot be traced), or ``model`` itself when there is nothing to
+    rewrite; and what was done."""
     if model.training:
         return model, Fusion(skipped="the model is in training mode (fusion is for inference: call .eval())")
+    gm, why = _trace(model)
+    if gm is None:
+        log.info("autotune.torch: %s: %s", type(model).__name__, why)
+        return _fuse_parts(model, why)
+    return _rewritten(model, gm)
+
+
+def _trace(model: Any) -> tuple[fx.GraphModule | None, str]:
+    """``model`` traced, or None and why it cannot be."""
     if (why := _untraceable_signature(model)) is not None:
-        return model, Fusion(skipped=why)
+        return None, why
     try:
-        gm = fx.GraphModule(model, _Tracer().trace(model), type(model).__name__)
+        return fx.GraphModule(model, _Tracer().trace(model), type(model).__name__), ""
     except Exception as exc:  # noqa: BLE001 - any model must still be served: unfused
-        reason = f"torch.fx cannot trace it ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
-        log.info("autotune.torch: %s", reason)
-        return model, Fusion(skipped=reason)
+        return None, f"torch.fx cannot trace it ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+
+
+def _fuse_parts(model: Any, why: str) -> tuple[Any, Fusion]:
+    """``model`` (which cannot be traced, ``why``) with each child rewritten on its own where it can be (children
+    of children where it cannot): a shallow copy holding the new children, or ``model`` with nothing rewritten."""
+    done, new = Fusion(), {}
+    for name, child in model.named_children():
+        if next(child.children(), None) is None:
+            continue  # a module of no modules (a Linear, a norm): nothing to fold, fuse or merge inside
+        got, fusion = fuse(child)
+        if got is child:
+            continue
+        new[name] = _standing_in(child, got) if isinstance(got, fx.GraphModule) else got
+        done = done + fusion + (Fusion(parts=1) if isinstance(got, fx.GraphModule) else Fusion())
+    if not new:
+        return model, Fusion(skipped=why)
+    shallow = copy.copy(model)
+    shallow._modules = {**model._modules, **new}
+    return shallow, done + Fusion(whole=why)
+
+
+def _standing_in(module: nn.Module, gm: fx.GraphModule) -> nn.Module:
+    """A shallow copy of ``module`` whose forward is ``gm``'s (its rewritten graph), ``gm`` a submodule of it (so
+    that the drop-in finds the new modules); every attribute a caller may read stays as it was."""
+    shallow = copy.copy(module)
+    shallow._modules = {**module._modules, "autotune_fused": gm}
+    shallow.__dict__["forward"] = gm.forward
+    return shallow
+
+
+def _rewritten(model: Any, gm: fx.GraphModule) -> tuple[Any, Fusion]:
+    """The passes over ``model``'s trace ``gm``: ``gm`` rewritten, or ``model`` where nothing was."""
     rewrite = _Rewrite(gm)
     folded = rewrite.fold_batchnorms()
     add_relu = rewrite.fuse_add_relus()  # before the plain ReLUs: relu(conv + z) is no ReLU of a convolution
@@ -276,6 +330,8 @@ class _Rewrite:
     def strided_ok(self, user: Any) -> bool:
         if user.op == "call_module":
             m = self.modules.get(user.target)
+            if type(m) in STRIDED_OK_MODULES:
+                return True
             return isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward  # routed; torch takes strides
         if user.op == "call_function":
             return user.target in STRIDED_OK_FUNCTIONS

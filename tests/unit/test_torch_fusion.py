@@ -320,3 +320,94 @@ def test_a_folded_channels_last_filter_stays_channels_last():
     x = torch.randn(1, 6, 9, 9).to(memory_format=torch.channels_last)
     with torch.no_grad():
         torch.testing.assert_close(folded.eval()(x), bn(conv(x)), rtol=1e-5, atol=1e-5)
+
+
+def hf_like():
+    """A model shaped like a Hugging Face decoder: forwards of several inputs and a loop (so fx cannot trace the
+    whole), a ModuleList of blocks, each with an attention of two inputs and an MLP of one (nn.SiLU as a module)."""
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(16, 40, bias=False), nn.Linear(16, 40, bias=False)
+            self.down_proj, self.act_fn = nn.Linear(40, 16, bias=False), nn.SiLU()
+            self.config = {"hidden": 16}  # an attribute a caller may read
+
+        def forward(self, hidden_state):
+            return self.down_proj(self.act_fn(self.gate_proj(hidden_state)) * self.up_proj(hidden_state))
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.o_proj = nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x, mask=None):
+            q = self.q_proj(x)
+            return self.o_proj(q if mask is None else q * mask)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn, self.mlp, self.norm = Attention(), MLP(), nn.LayerNorm(16)
+
+        def forward(self, x, mask=None):
+            h = x + self.self_attn(self.norm(x), mask)
+            assert self.mlp.config["hidden"] == h.shape[-1]  # the parent reads its child's attributes
+            return h + self.mlp(hidden_state=self.norm(h))
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.layers = nn.Embedding(50, 16), nn.ModuleList([Block(), Block()])
+
+        def forward(self, ids, mask=None):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    torch.manual_seed(0)
+    return Decoder().eval()
+
+
+def test_a_model_fx_cannot_trace_whole_has_its_traceable_submodules_rewritten_in_a_copy():
+    import autotune.torch as at
+    from autotune.serve.torch_fusion import fuse
+
+    model = hf_like()
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        want = model(ids)
+        fused, done = fuse(model)
+        assert fused is not model and done.parts == 2 and done.merged_linear == 2 and done.silu_mul == 2
+        assert "2 submodules rewritten on their own" in str(done) and "more than one input" in str(done)
+        torch.testing.assert_close(fused(ids), want)
+        mlp = fused.layers[0].mlp
+        assert mlp is not model.layers[0].mlp and mlp.config == {"hidden": 16} and mlp.gate_proj is not None
+        assert "forward" not in model.layers[0].mlp.__dict__ and model.layers[0] is not fused.layers[0]
+        torch.testing.assert_close(model(ids), want)  # the model passed in computes as before, with its own forwards
+        assert fused.layers[0].self_attn is model.layers[0].self_attn  # what was not rewritten is shared
+        opt = at.optimize(hf_like(), backend=CPUBackend())
+        torch.testing.assert_close(opt(ids), want)
+    rep = at.report(opt)
+    assert "2 submodules rewritten" in rep.fusion
+    merged = [layer.name for layer in rep.layers if layer.name.endswith("gate_proj_up_proj.merged")]
+    assert merged == ["layers.0.mlp.autotune_fused.gate_proj_up_proj.merged",
+                      "layers.1.mlp.autotune_fused.gate_proj_up_proj.merged"]  # fmt: skip
+    assert rep.count("autotune") == 2 * 4  # a block: q_proj, o_proj, gate and up merged into one call, down_proj
+
+
+def test_a_model_with_nothing_traceable_inside_is_served_unfused_and_says_why():
+    from autotune.serve.torch_fusion import fuse
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x, y):
+            return self.a(x) + self.b(y)
+
+    model = TwoInputs().eval()
+    fused, done = fuse(model)
+    assert fused is model and "more than one input" in done.skipped and done.parts == 0
