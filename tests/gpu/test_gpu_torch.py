@@ -290,3 +290,35 @@ def test_bias_rows_set_every_row_of_a_linear_output_to_the_bias(torch, rows):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out2, bias.expand_as(out2))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_a_decoder_fx_cannot_trace_whole_runs_its_rewritten_mlps_on_the_gpu(torch, serving, dtype):
+    """A decoder shaped like Hugging Face's (fx cannot trace it whole): its MLPs rewritten on their own (gate and
+    up merged, silu(a)*b in one kernel) agree with torch's model against float64, eager and in a CUDA graph."""
+    import autotune.torch as at
+    from tests.unit.test_torch_fusion import hf_like
+
+    base = hf_like().cuda()
+    ref = copy.deepcopy(base).double()
+    base = base.to(dtype=getattr(torch, dtype))
+    opt = at.optimize(copy.deepcopy(base))
+    assert "2 submodules rewritten on their own" in at.report(opt).fusion
+    static_ids = torch.randint(0, 50, (3, 7), device="cuda")
+    with torch.inference_mode():
+        for _ in range(3):
+            opt(static_ids)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = opt(static_ids)
+        for seed in range(2):
+            g = torch.Generator("cuda").manual_seed(seed)
+            static_ids.copy_(torch.randint(0, 50, (3, 7), device="cuda", generator=g))
+            graph.replay()
+            want, theirs, eager = ref(static_ids), base(static_ids), opt(static_ids)
+            torch.cuda.synchronize()
+            for ours in (static_y, eager):
+                err, torch_err = rel(torch, ours, want), rel(torch, theirs, want)
+                assert err < max(TOLERANCE[dtype], 2 * torch_err), (seed, err, torch_err)
+    merged = [layer for layer in at.report(opt).layers if layer.name.endswith("gate_proj_up_proj.merged")]
+    assert len(merged) == 2 and all(sum(layer.calls.values()) == 3 + 1 + 2 * 1 for layer in merged), merged
