@@ -183,8 +183,12 @@ class Router:
         self.calls, self.fallbacks = Counter[str](), Counter[str]()
         self.weight_cache: dict[Any, Any] = {}  # the weight in the other memory format, made once
         self.params: dict[str, Any] = getattr(module, "_parameters", {})  # read directly: Module.__getattr__ is slow
-        self.fast: dict[tuple, tuple[int, Any]] = {}  # key of an AUTOTUNE plan -> (runtime.generation, fast serve)
+        # key -> (runtime.generation, the fast serve of an AUTOTUNE plan, or None for a VENDOR plan): one lookup a call
+        self.fast: dict[tuple, tuple[int, Any]] = {}
         self.fast_calls = 0  # calls served by a fast serve (counted apart: the steady state skips the Counter)
+        self.vendor_calls = 0  # and calls sent to torch's own op by a vendor plan
+        # the backend's per-call checks, looked up once (each call's host time is what the drop-in adds)
+        self.grad_enabled, self.on_device, self.layout_of = backend.grad_enabled, backend.on_device, backend.layout_of
         self.built: dict[tuple, int] = {}  # key -> runtime.generation its fast serve was asked for
         # a fused module's epilogue (bias, residual, ReLU): our kernel then computes the convolution without the bias
         self.finish: Callable[..., Any] | None = getattr(module, "finish", None)
@@ -200,18 +204,21 @@ class Router:
     def __call__(self, x: Any, *rest: Any) -> Any:
         """The module's forward; ``rest`` are a fused module's further inputs (the residual), which its
         ``finish`` takes after our kernel."""
-        m, backend, w = self.module, self.backend, self.param("weight")
-        reason = self.static or (Fallback.TRAINING if m.training else None)
-        if reason is None and backend.grad_enabled() and (x.requires_grad or w.requires_grad):
+        w = self.param("weight")
+        reason = self.static or (Fallback.TRAINING if self.module.training else None)
+        if reason is None and self.grad_enabled() and (x.requires_grad or w.requires_grad):
             reason = Fallback.AUTOGRAD
-        if reason is not None or not backend.on_device(x):
+        if reason is not None or not self.on_device(x):
             return self._fallback(reason or Fallback.DEVICE, x, *rest)
-        layout = backend.layout_of(x) if self.by_layout else None
+        layout = self.layout_of(x) if self.by_layout else None
         key = (x.shape, x.dtype, w.dtype, x.device, layout)
         fast = self.fast.get(key)
-        if fast is not None and fast[0] == runtime.generation:  # the steady state: served by our kernel
+        if fast is not None and fast[0] == runtime.generation:  # the steady state: our kernel, or torch's op
+            serve = fast[1]
+            if serve is None:
+                return self._vendor(key, x, rest)
             try:
-                out = fast[1](x, w, self.kernel_bias())
+                out = serve(x, w, self.kernel_bias())
             except Exception as exc:  # noqa: BLE001 - as in _serve: torch serves this problem from now on
                 return self._fallback(self._failed(self.plans[key], key, exc), x, *rest)
             if out is not None:
@@ -229,12 +236,18 @@ class Router:
             self.calls[_AUTOTUNE] += 1
             return out
         if plan.route is _VENDOR:
-            self.calls[_VENDOR] += 1
-            observe = recording.observer()
-            if observe is not None:
-                return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x, *rest))
-            return self.torch_forward(x, *rest)
+            self.fast[key] = (runtime.generation, None)  # the next call finds it in one lookup
+            return self._vendor(key, x, rest)
         return self._fallback(plan.reason, x, *rest)  # type: ignore[arg-type]
+
+    def _vendor(self, key: tuple, x: Any, rest: tuple) -> Any:
+        """torch's own op for a VENDOR plan, reported to the recording's observer while one records."""
+        self.vendor_calls += 1
+        observe = recording.observer()
+        if observe is None:
+            return self.torch_forward(x, *rest)
+        plan = self.plans[key]
+        return observe(plan.kernel, plan.problem, lambda: self.torch_forward(x, *rest))
 
     def _fallback(self, reason: Fallback, x: Any, *rest: Any) -> Any:
         self.calls[_TORCH] += 1
@@ -334,8 +347,9 @@ class Router:
         plans = tuple((p.problem.label if p.problem else "x".join(map(str, k[0])), p.route.value,
                        str(p.reason or p.detail)) for k, p in list(self.plans.items()))  # fmt: skip
         calls, fallbacks = ({str(k): n for k, n in c.items()} for c in (self.calls, self.fallbacks))
-        if self.fast_calls:
-            calls[_AUTOTUNE.value] = calls.get(_AUTOTUNE.value, 0) + self.fast_calls
+        for route, n in ((_AUTOTUNE, self.fast_calls), (_VENDOR, self.vendor_calls)):
+            if n:
+                calls[route.value] = calls.get(route.value, 0) + n
         return LayerReport(name, self.kind, calls, fallbacks, plans)
 
 
@@ -391,6 +405,6 @@ def report(model: Any, *, reset: bool = False) -> Report:
         if reset:
             router.calls.clear()
             router.fallbacks.clear()
-            router.fast_calls = 0
+            router.fast_calls = router.vendor_calls = 0
     skipped = dict(model.__dict__.get("_autotune_skipped", {}))
     return Report(tuple(layers), skipped, str(model.__dict__.get("_autotune_fusion", "")))

@@ -98,6 +98,7 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
             m(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
         router = sent.__dict__[at.ATTR]
         router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
+        router.fast.clear()  # the steady state's serves follow the plans again
         names = ("torch", f"optimized ({routes(opt)})", f"optimized, before (no fast paths) ({routes(before)})",
                  "optimized (vendor route)")  # fmt: skip
         fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x))
