@@ -246,6 +246,7 @@ def _interleaved(torch: Any, runs: tuple[Callable[[], Any], Callable[[], Any]], 
 
 
 _broadcast_2d: bool | None = None  # whether cudaMemcpy2DAsync takes a source pitch of 0 (None: not tried yet)
+BIAS_COPIES = True  # False: the bias rows by torch's clone (benchmarks/dropin_overhead.py compares both)
 
 
 def _copy_rows(out: int, row: int, nbytes: int, rows: int, stream: int) -> bool:
@@ -254,6 +255,8 @@ def _copy_rows(out: int, row: int, nbytes: int, rows: int, stream: int) -> bool:
 
     global _broadcast_2d
     rt = cupy.cuda.runtime
+    if not BIAS_COPIES:
+        return False
     if rows == 0:
         return True
     if rows == 1:
