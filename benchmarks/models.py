@@ -5,7 +5,7 @@
     python3 benchmarks/models.py --untuned [--quick]           # before any tuning: online choice and vendor only
     (autotune's git revision goes into the results: $AUTOTUNE_GIT_REV where set, else git's)
 
---zoo runs other models instead (benchmarks/zoo.py: MobileNetV3, EfficientNet-B0, ConvNeXt-T, ViT-B/16, a BERT
+--zoo runs other models instead (ZOO below: MobileNetV3, EfficientNet-B0, ConvNeXt-T, ViT-B/16, a BERT
 encoder, a small Llama; needs torchvision and transformers), written beside the judged cases.
 
 Cases (BENCHMARKS.md, "Real models"): torchvision ResNet-50 with random weights in eval mode, fp32 NCHW at
@@ -53,7 +53,6 @@ import autotune  # noqa: E402
 import autotune.torch as at  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import zoo  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class Case:
 
 
 def cases(zoo: bool = False) -> list[Case]:
-    """The judged cases, or (``zoo``) the other models of ``zoo.py``."""
+    """The judged cases, or (``zoo``) the other models of ``ZOO``."""
     if zoo:
         return [Case(f"zoo-{name}-{'fp16' if dt == 'float16' else 'bf16' if dt == 'bfloat16' else 'fp32'}"
                      f"{'-cl' if cl else ''}-b{batch}", f"zoo:{name}", dt, cl, batch)
@@ -102,6 +101,75 @@ def llama_linears(torch: Any) -> Any:
     return LlamaLinears()
 
 
+# --- other models (--zoo): what a user brings, not what was tuned. Random weights, built offline (torchvision
+# constructors and transformers configs; nothing is downloaded). Each forward takes one tensor and returns one:
+# torchvision classifiers on 224 x 224 images (MobileNetV3: depthwise and grouped convolutions, hardswish;
+# EfficientNet-B0: SiLU, squeeze-excitation; ConvNeXt-T: 7 x 7 depthwise, LayerNorm, Linear on channels-last
+# activations; ViT-B/16: Linear on [batch, tokens, 768]); a 4-layer BERT-base encoder (Linear with bias, GELU) on 128
+# tokens and a 2-layer Llama with hidden size 2048 (grouped-query attention, SwiGLU) on 32 tokens, the wrapper
+# returning the last hidden state.
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    source: str  # "torchvision" | "transformers"
+    classifier: bool  # top-1 agreement is reported
+
+
+ZOO_ENTRIES = {e.name: e for e in (
+    ZooEntry("mobilenet_v3_large", "torchvision", True),
+    ZooEntry("efficientnet_b0", "torchvision", True),
+    ZooEntry("convnext_tiny", "torchvision", True),
+    ZooEntry("vit_b_16", "torchvision", True),
+    ZooEntry("bert4", "transformers", False),
+    ZooEntry("llama2l", "transformers", False),
+)}  # fmt: skip
+ZOO_TOKENS = {"bert4": 128, "llama2l": 32}
+
+
+def zoo_build(torch: Any, name: str) -> Any:
+    """The model ``name`` (an ``ENTRIES`` key) on the current device, in eval mode, random weights."""
+    entry = ZOO_ENTRIES[name]
+    if entry.source == "torchvision":
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None).eval()
+    return _LastHidden(torch, _transformer(name)).eval()
+
+
+def zoo_input(torch: Any, name: str, batch: int, generator: Any) -> Any:
+    """The input of ``name`` for ``batch`` samples: float64 images, or token ids (int64)."""
+    if ZOO_ENTRIES[name].source == "torchvision":
+        return torch.randn((batch, 3, 224, 224), device="cuda", dtype=torch.float64, generator=generator)
+    vocab = 30522 if name == "bert4" else 32000
+    return torch.randint(0, vocab, (batch, ZOO_TOKENS[name]), device="cuda", generator=generator)
+
+
+def _transformer(name: str) -> Any:
+    import transformers
+
+    if name == "bert4":
+        return transformers.BertModel(transformers.BertConfig(num_hidden_layers=4), add_pooling_layer=False)
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
+                                      num_attention_heads=16, num_key_value_heads=4)  # fmt: skip
+    return transformers.LlamaModel(config)
+
+
+def _LastHidden(torch: Any, model: Any) -> Any:  # noqa: N802 - builds a module, as a class would
+    class LastHidden(torch.nn.Module):
+        """``model(ids).last_hidden_state``: one tensor in, one out."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids: Any) -> Any:
+            return self.model(ids).last_hidden_state
+
+    return LastHidden()
+
+
 ZOO = (("mobilenet_v3_large", "float32", False, 1), ("mobilenet_v3_large", "float16", True, 8),
        ("efficientnet_b0", "float16", True, 8), ("convnext_tiny", "float32", False, 4),
        ("vit_b_16", "float16", False, 8),
@@ -122,7 +190,7 @@ def build(torch: Any, case: Case, fuse: bool = True) -> tuple[Any, Any, Any]:
 
                 base = torchvision.models.resnet50(weights=None)
             elif case.model.startswith("zoo:"):
-                base = zoo.build(torch, case.model.removeprefix("zoo:"))
+                base = zoo_build(torch, case.model.removeprefix("zoo:"))
             else:
                 base = llama_linears(torch)
         base = base.eval()
@@ -136,7 +204,7 @@ def build(torch: Any, case: Case, fuse: bool = True) -> tuple[Any, Any, Any]:
 def make_input(torch: Any, case: Case) -> Any:
     g = torch.Generator(device="cuda").manual_seed(1)
     if case.model.startswith("zoo:"):
-        return zoo.make_input(torch, case.model.removeprefix("zoo:"), case.batch, g)
+        return zoo_input(torch, case.model.removeprefix("zoo:"), case.batch, g)
     shape = (case.batch, 3, 224, 224) if case.model == "resnet50" else (case.batch, 4096)
     return torch.randn(shape, device="cuda", dtype=torch.float64, generator=g)
 
@@ -297,7 +365,7 @@ def run_case(torch: Any, case: Case, quick: bool, fuse: bool = True, tag: str = 
     x64 = make_input(torch, case)
     fmt = torch.channels_last if case.channels_last else torch.contiguous_format
     x = x64.to(dtype=getattr(torch, case.dtype), memory_format=fmt) if x64.is_floating_point() else x64
-    top1 = case.model == "resnet50" or (case.model.startswith("zoo:") and zoo.ENTRIES[case.model[4:]].classifier)
+    top1 = case.model == "resnet50" or (case.model.startswith("zoo:") and ZOO_ENTRIES[case.model[4:]].classifier)
     with torch.inference_mode():
         want = ref(x64)
         t0 = time.perf_counter()
@@ -443,7 +511,7 @@ def main() -> int:
                     help="optimize(model, fuse=False): no BatchNorm folding, ReLU fusion or Linear merging (the "
                     "cases are written as CASE+unfused)")  # fmt: skip
     ap.add_argument("--zoo", action="store_true",
-                    help="run the other models of benchmarks/zoo.py (MobileNetV3, EfficientNet-B0, ConvNeXt-T, "
+                    help="run the other models of ZOO (MobileNetV3, EfficientNet-B0, ConvNeXt-T, "
                     "ViT-B/16, a BERT encoder, a small Llama) instead of the judged cases")  # fmt: skip
     ap.add_argument("--untuned", action="store_true",
                     help="before any tuning: an empty tuned directory and a fresh online-choice cache (temporary "
