@@ -29,19 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 def host_us(fn, bursts: int, burst: int = 100, sync=None) -> float:
     """Median host microseconds per call over ``bursts`` bursts of ``burst`` calls."""
-    for _ in range(3 * burst):
-        fn()
-    if sync:
-        sync()
-    times = []
-    for _ in range(bursts):
-        t0 = time.perf_counter()
-        for _ in range(burst):
-            fn()
-        times.append((time.perf_counter() - t0) / burst * 1e6)
-        if sync:
-            sync()
-    return statistics.median(times)
+    return statistics.median(interleaved_us({"": fn}, bursts, burst, sync)[""])
 
 
 def interleaved_us(fns: dict, bursts: int, burst: int = 100, sync=None) -> dict[str, list[float]]:
