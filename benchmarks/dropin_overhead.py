@@ -68,6 +68,11 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
         def fast(self, *args):
             return None
 
+    class NoEpilogue(AutotuneBackend):  # a Linear's bias by rows set to it first, as before the bias epilogue
+        @staticmethod
+        def bias_launcher(launcher):
+            return None
+
     def cold(opt):  # the general path: every call through calls.gemm/conv2d
         def run():
             torch_calls.HOT = False
@@ -78,7 +83,7 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
 
         return run
 
-    def cloned(opt):  # the fast serve with the bias rows made by torch's clone, not device-to-device copies
+    def cloned(opt):  # with no bias epilogue, the bias rows made by torch's clone, not device-to-device copies
         def run():
             torch_backend.BIAS_COPIES = False
             try:
@@ -91,15 +96,17 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
     routes = lambda opt: "/".join(sorted({p.route.value for p in opt.__dict__[at.ATTR].plans.values()}))  # noqa: E731
     with torch.inference_mode():
         base = copy.deepcopy(layer)
-        opt, before, sent = (at.optimize(copy.deepcopy(layer), backend=b) for b in (None, Before(), None))
-        for m in (opt, before, sent):
+        backends = (None, Before(), None, NoEpilogue())
+        opt, before, sent, rows = (at.optimize(copy.deepcopy(layer), backend=b) for b in backends)
+        for m in (opt, before, sent, rows):
             m(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
         router = sent.__dict__[at.ATTR]
         router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
         router.fast.clear()  # the steady state's serves follow the plans again
         names = ("torch", f"optimized ({routes(opt)})", f"optimized, before (no fast paths) ({routes(before)})",
-                 "optimized (vendor route)", "optimized, bias rows by torch's clone")  # fmt: skip
-        fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x), cloned(opt))
+                 "optimized (vendor route)", "optimized, no bias epilogue: bias rows by device copies",
+                 "optimized, no bias epilogue: bias rows by torch's clone")  # fmt: skip
+        fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x), lambda: rows(x), cloned(rows))
         times = interleaved_us(dict(zip(names, fns, strict=True)), bursts, sync=sync)
     theirs = times["torch"]
     rows = [{"what": "torch", "host_us": statistics.median(theirs)}]
@@ -117,6 +124,8 @@ def gpu_rows(bursts: int = 300) -> list[dict]:
     cases = [
         ("Linear 4096->4096 M=1 no bias", nn.Linear(4096, 4096, bias=False), (1, 4096)),
         ("Linear 4096->4096 M=16 no bias", nn.Linear(4096, 4096, bias=False), (16, 4096)),
+        ("Linear 4096->4096 M=1 bias", nn.Linear(4096, 4096), (1, 4096)),
+        ("Linear 4096->4096 M=16 bias", nn.Linear(4096, 4096), (16, 4096)),
         ("Linear 1024->1024 M=1 bias", nn.Linear(1024, 1024), (1, 1024)),
         ("Linear 1024->1024 M=16 bias", nn.Linear(1024, 1024), (16, 1024)),
         ("Conv2d 64->64 1x1 8x8 no bias", nn.Conv2d(64, 64, 1, bias=False), (1, 64, 8, 8)),
@@ -279,7 +288,7 @@ def rows(calls: int) -> list[dict]:
     problem = runtime.FAMILIES["gemm"].problem([m, n, k], "float16")
     arch = current_gpu().arch
     choice = runtime.Choice(*runtime.FAMILIES["gemm"].default_config("float16"), "default", "default")
-    ours = runtime._build("gemm", problem, choice, arch)  # our kernel whatever the dispatch would pick
+    ours = runtime.build_launcher("gemm", problem, choice, arch)  # our kernel whatever the dispatch would pick
     a = cp.random.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
     b = cp.random.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
     out = cp.empty((m, n), dtype=cp.float16)

@@ -113,6 +113,8 @@ class GemmFamily(TemplateFamily):
         t = self.template(template, params)
         if problem.dtype not in t.dtypes:
             return f"{t.name} computes {', '.join(t.dtypes)}, not {problem.dtype}"
+        if problem.bias and not getattr(t, "bias_epilogue", False):
+            return f"{t.name} has no bias epilogue"
         return t.check_problem(params, problem, limits)
 
     def default_config(self, dtype: str, layout: str = "NN", M: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -161,6 +163,14 @@ class GemmFamily(TemplateFamily):
             return bf16_bits(a), bf16_bits(b)
         dt = cp.dtype(problem.storage)
         return a.astype(dt, copy=False), b.astype(dt, copy=False)
+
+    def make_bias(self, problem: GemmProblem, seed: int) -> Any:
+        """A bias for the epilogue variant (``GemmProblem.bias``): N values as stored, as large as the products'
+        sums (~sqrt(K)), so that a bias dropped or added at the wrong column cannot pass verification."""
+        import cupy as cp
+
+        values = cp.random.default_rng(seed).standard_normal(problem.N, dtype=cp.float32) * float(problem.K) ** 0.5
+        return bf16_bits(values) if problem.dtype == "bfloat16" else values.astype(problem.storage, copy=False)
 
     def operands(self, problem: GemmProblem, inputs: tuple[Any, Any]) -> tuple[Any, Any]:
         """op(A) (M x K) and op(B) (K x N) as views of the stored inputs."""

@@ -28,6 +28,7 @@ class GemmProblem:
     K: int
     dtype: str
     layout: str = "NN"
+    bias: bool = False  # the epilogue adds bias[n] (N values of the dtype, the kernel's last argument): nn.Linear's
 
     @property
     def label(self) -> str:
@@ -71,18 +72,18 @@ def decode(x: Any, dtype: str) -> Any:
     return (x.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else x
 
 
-def variant(dtype: str, layout: str, align_a: bool = True, align_b: bool = True) -> dict[str, Any]:
-    """What a template's source depends on besides its parameters: element type, operand layout, and
-    whether each operand's leading dimension is a whole number of 16-byte vectors (never the shape)."""
+def variant(dtype: str, layout: str, align_a: bool = True, align_b: bool = True, bias: bool = False) -> dict[str, Any]:
+    """What a template's source depends on besides its parameters: element type, operand layout, whether each
+    operand's leading dimension is a whole number of 16-byte vectors, and the bias epilogue (never the shape)."""
     return {"DTYPE": dtype, "T": CTYPE[dtype], "ES": ITEMSIZE[dtype], "LAYOUT": layout, "TRANS_A": layout[0] == "T",
-            "TRANS_B": layout[1] == "T", "ALIGN_A": align_a, "ALIGN_B": align_b}  # fmt: skip
+            "TRANS_B": layout[1] == "T", "ALIGN_A": align_a, "ALIGN_B": align_b, "BIAS": bias}  # fmt: skip
 
 
 def problem_variant(p: GemmProblem) -> dict[str, Any]:
     per_vector = 16 // ITEMSIZE[p.dtype]
     lda = p.M if p.layout[0] == "T" else p.K
     ldb = p.K if p.layout[1] == "T" else p.N
-    return variant(p.dtype, p.layout, lda % per_vector == 0, ldb % per_vector == 0)
+    return variant(p.dtype, p.layout, lda % per_vector == 0, ldb % per_vector == 0, p.bias)
 
 
 def gemm_args(problem: Any, inputs: tuple[Any, Any], out: Any, alpha: float, beta: float,
@@ -105,12 +106,14 @@ SPLIT_K_ABI = (
 class GemmTemplate(Template):
     """A GEMM template: its context is its derived values and the problem's variant, and its kernels take
     ``gemm_args``. ``variant_named``: the kernel name carries the dtype and layout (and, with
-    ``alignment_variant``, the operands whose rows are not whole 16-byte vectors)."""
+    ``alignment_variant``, the operands whose rows are not whole 16-byte vectors). ``bias_epilogue``: its source
+    renders the bias variant (``GemmProblem.bias``; with the bias off, byte for byte the source without it)."""
 
     family = "gemm"
     layouts = LAYOUTS
     variant_named = True
     alignment_variant = False
+    bias_epilogue = False
 
     def variant_of(self, problem: GemmProblem | None) -> dict[str, Any]:
         """The problem's variant, or the template's first dtype in layout NN without a problem."""
@@ -125,7 +128,8 @@ class GemmTemplate(Template):
         v = problem_variant(problem)
         unaligned = "".join(x for x, ok in (("a", v["ALIGN_A"]), ("b", v["ALIGN_B"])) if not ok)
         unaligned = unaligned if self.alignment_variant else ""
-        return (SHORT[problem.dtype], problem.layout.lower(), *([f"u{unaligned}"] if unaligned else []))
+        bias = ("bias",) if problem.bias else ()
+        return (SHORT[problem.dtype], problem.layout.lower(), *([f"u{unaligned}"] if unaligned else []), *bias)
 
     def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
                     scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip

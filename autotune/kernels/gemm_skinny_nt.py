@@ -56,14 +56,16 @@ class Problem:
     layout: str = "NT"
 
 
-def variant(dtype: str, layout: str) -> dict[str, Any]:
-    """The dtype/layout keys of the render context, e.g. variant("float16", "NT")["T"] == "__half"."""
+def variant(dtype: str, layout: str, bias: bool = False) -> dict[str, Any]:
+    """The dtype/layout (and bias epilogue) keys of the render context, e.g. variant("float16", "NT")["T"] ==
+    "__half"."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)} (W stored N x K)")
     t, es = DTYPES[dtype]
-    return {"DTYPE": dtype, "T": t, "ES": es, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": True}
+    return {"DTYPE": dtype, "T": t, "ES": es, "LAYOUT": layout, "TRANS_A": layout[0] == "T", "TRANS_B": True,
+            "BIAS": bias}  # fmt: skip
 
 
 def words(vec: int, es: int) -> int:
@@ -222,6 +224,7 @@ def render(params: Params, dtype: str, layout: str, kernel_name: str) -> str:
 
 class SkinnyNtTemplate(GemmTemplate):
     name = "skinny_nt"
+    bias_epilogue = True
     params = PARAMS
     dtypes = tuple(DTYPES)
     layouts = LAYOUTS

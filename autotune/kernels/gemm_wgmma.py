@@ -178,6 +178,7 @@ class TensorMaps(LaunchBound):
 
 class WgmmaTemplate(GemmTemplate):
     name = "wgmma"
+    bias_epilogue = True
     params = PARAMS
     dtypes = DTYPES
     layouts = LAYOUTS

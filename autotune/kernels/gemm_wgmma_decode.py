@@ -156,6 +156,7 @@ class TensorMaps(LaunchBound):
 
 class WgmmaDecodeTemplate(GemmTemplate):
     name = "wgmma_decode"
+    bias_epilogue = True
     params = PARAMS
     defaults = DEFAULTS
     kinds = KINDS

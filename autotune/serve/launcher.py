@@ -7,6 +7,9 @@ Two ways to launch:
   ``data_ptr()``) on an explicit stream object (anything with ``.ptr``, e.g. ``streams.cupy_stream``), the
   torch drop-in's per-call path: no array object is built and no stream context is entered.
 
+A launcher of a problem with the bias epilogue (``GemmProblem.bias``, see ``serve.bias_epilogue``) takes the bias
+(an array, or a pointer for ``launch_ptrs``) after them: its kernel's last argument.
+
 Split-K scratch buffers are kept per stream (launches on one stream are ordered; two streams may overlap).
 """
 
@@ -110,6 +113,7 @@ class Launcher:
         # (operand addresses, alpha, beta, stream), so a call on addresses seen before makes none of it again
         self._bound: dict[tuple, tuple[Any, ...]] = {}
         self.serving: dict[str, Any] = {}  # set by the dispatch: why this kernel serves, what was measured
+        self.takes_bias = bool(getattr(problem, "bias", False))  # the kernel's last argument is the bias
         self.provisional = False  # True: decided while a CUDA graph was captured; not remembered
 
     vendor = False
@@ -126,31 +130,34 @@ class Launcher:
                 "entry": self.choice.entry, "why": self.serving.get("why"),
                 "measurement": self.serving.get("measurement")}  # fmt: skip
 
-    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    def __call__(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0, bias: Any = None) -> Any:
         """Launch on CuPy arrays of the launcher's shape, dtype and layout (C-contiguous; not checked here),
         on CuPy's current stream; through the call observer when one is set (``set_call_observer``)."""
         if hooks.observer is None:
-            return self._launch(a, b, out, alpha, beta)
-        return hooks.observer(self.kernel, self.problem, lambda: self._launch(a, b, out, alpha, beta))
+            return self._launch(a, b, out, alpha, beta, bias)
+        return hooks.observer(self.kernel, self.problem, lambda: self._launch(a, b, out, alpha, beta, bias))
 
-    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
+    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0, bias: Any = None) -> Any:
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
             key = _stream_key()
             scratch = self._scratch.get(key) or self._stream_scratch(key)
-        self._fn(self._grid, self._block, self._args(a, b, out, alpha, beta, scratch), shared_mem=self._shared)
+        args = self._args(a, b, out, alpha, beta, scratch)
+        if self.takes_bias:
+            args = (*args, bias)
+        self._fn(self._grid, self._block, args, shared_mem=self._shared)
         return out
 
-    def launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any) -> None:
+    def launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any, bias: int = 0) -> None:
         """Launch on device pointers (the operands as the problem's layout stores them, 16-byte aligned, on the
-        launcher's device) on ``stream`` (an object with ``.ptr``, e.g. ``streams.cupy_stream``'s); through
-        the call observer when one is set."""
+        launcher's device; ``bias``, where the launcher takes one, aligned to its dtype) on ``stream`` (an object
+        with ``.ptr``, e.g. ``streams.cupy_stream``'s); through the call observer when one is set."""
         if hooks.observer is None:
-            self._launch_ptrs(a, b, out, alpha, beta, stream)
+            self._launch_ptrs(a, b, out, alpha, beta, stream, bias)
         else:
-            hooks.observer(self.kernel, self.problem, lambda: self._launch_ptrs(a, b, out, alpha, beta, stream))
+            hooks.observer(self.kernel, self.problem, lambda: self._launch_ptrs(a, b, out, alpha, beta, stream, bias))
 
-    def _launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any) -> None:
+    def _launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any, bias: int = 0) -> None:
         key: Any = None
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:
@@ -167,6 +174,8 @@ class Launcher:
             args = self._bound.get((a, b, out, alpha, beta, key))
             if args is None:
                 args = self._bind(a, b, out, alpha, beta, key, scratch)
+        if self.takes_bias:
+            args = (*args, pointer(bias))
         self._fn(self._grid, self._block, args, shared_mem=self._shared, stream=stream)
 
     def _bind(self, a: int, b: int, out: int, alpha: float, beta: float, key: Any, scratch: tuple) -> tuple:
@@ -229,15 +238,15 @@ class StagedLauncher(Launcher):
         super().__init__(kernel, problem, choice, fn, launch, kernel_name, new_scratch)
         self._steps = steps  # (function, Step) in launch order
 
-    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0) -> Any:
-        scratch: tuple[Any, ...] = ()
+    def _launch(self, a: Any, b: Any, out: Any, alpha: float = 1.0, beta: float = 0.0, bias: Any = None) -> Any:
+        scratch: tuple[Any, ...] = ()  # no template with a bias epilogue launches steps before: no bias here
         if self._new_scratch is not None:
             key = _stream_key()
             scratch = self._scratch.get(key) or self._stream_scratch(key)
         self._run(a, b, out, alpha, beta, scratch, {})
         return out
 
-    def _launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any) -> None:
+    def _launch_ptrs(self, a: int, b: int, out: int, alpha: float, beta: float, stream: Any, bias: int = 0) -> None:
         a, b, out = DevicePointer(a), DevicePointer(b), DevicePointer(out)
         scratch: tuple[Any, ...] = ()
         if self._new_scratch is not None:

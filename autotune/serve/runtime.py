@@ -313,8 +313,8 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
         default = None
     launcher = serving.serve(
         kernel, problem, lookup, ranked=ranked_choices(kernel, problem, gpu_key, arch, tdir, layout), default=default,
-        gpu_key=gpu_key, cache=cache_dir(), build_ours=lambda c: _build(kernel, problem, c, arch), make_choice=Choice,
-        online_on=on,
+        gpu_key=gpu_key, cache=cache_dir(), build_ours=lambda c: build_launcher(kernel, problem, c, arch),
+        make_choice=Choice, online_on=on,
     )  # fmt: skip
     if not launcher.provisional:  # a decision made during graph capture is made again on the next call
         with _launchers_lock:
@@ -322,7 +322,7 @@ def load(kernel: str = "gemm", *, dtype: str = "float32", layout: str | None = N
     return launcher
 
 
-def _build(kernel: str, problem: Any, choice: Choice, arch: str) -> Launcher:
+def build_launcher(kernel: str, problem: Any, choice: Choice, arch: str) -> Launcher:
     """Our kernel for ``problem`` in configuration ``choice``: rendered, compiled (cubin cache), loaded."""
     family = FAMILIES[kernel]
     reason = family.check_problem(choice.template, choice.params, problem)

@@ -3,8 +3,10 @@ tensors with autotune's runtime.
 
 Each input signature of a routed module gets, once, a *fast serve*: a closure holding the launcher, the output
 shape, dtype and device, which per call checks the operands' layout and alignment, allocates the output with
-``torch.empty`` (for the fused epilogue, its rows set to the bias by device-to-device copies, ``bias_rows``), and
-launches on the operands' ``data_ptr()`` on torch's current stream (read per call). No CuPy array is made and no
+``torch.empty`` and launches on the operands' ``data_ptr()`` on torch's current stream (read per call). A Linear's
+bias is added by the kernel's bias epilogue where the served kernel has one (``serve.bias_epilogue``: the same
+configuration, verified on first use), else by the epilogue's beta term over rows set to the bias beforehand by
+device-to-device copies (``bias_rows``). No CuPy array is made and no
 stream context is entered. Calls it cannot take (an operand off a 16-byte boundary, another current device)
 return None and take the general path: ``gemm``/``conv2d`` of ``autotune.serve.calls`` on torch tensors.
 """
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..measure import streams
-from . import calls, runtime
+from . import bias_epilogue, calls, runtime
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +171,9 @@ class AutotuneBackend:
             return None
         dev = x.get_device()
         if kind == "linear":
+            biased = self.bias_launcher(launcher) if fuse_bias and module.bias is not None else None
             return fast_linear(launcher.launch_ptrs, x, module.out_features, fuse_bias, dev, self.device_reader(),
-                               self.stream_of, self.bias_rows)  # fmt: skip
+                               self.stream_of, self.bias_rows, biased.launch_ptrs if biased else None)  # fmt: skip
         return fast_conv(launcher.launch_ptrs, x, module, plan.problem.layout, cache, dev, self.device_reader(),
                          self.stream_of)  # fmt: skip
 
@@ -191,6 +194,11 @@ class AutotuneBackend:
         return cupy.cuda.runtime.getDevice
 
     stream_of = staticmethod(streams.stream_of_torch)  # torch's current stream, as a launch's stream=
+
+    @staticmethod
+    def bias_launcher(launcher: Any) -> Any:
+        """``launcher``'s kernel with the bias in its epilogue (verified on first use), or None."""
+        return bias_epilogue.with_bias(launcher)
 
     @staticmethod
     def bias_rows(out: Any, bias: Any, rows: int, stream: Any) -> bool:
@@ -278,10 +286,12 @@ BiasRows = Callable[[Any, Any, int, Any], bool]  # (out, bias, rows, stream) -> 
 
 
 def fast_linear(launch: Any, x: Any, n: int, fuse_bias: bool, dev: int, device_now: Callable[[], int],
-                stream_of: Callable[[int], Any], bias_rows: BiasRows) -> FastServe:  # fmt: skip
+                stream_of: Callable[[int], Any], bias_rows: BiasRows,
+                launch_bias: Any = None) -> FastServe:  # fmt: skip
     """``x @ weight.t() + bias`` for inputs shaped like ``x`` (contiguous, [..., in]): the NT GEMM on W in place,
-    the output allocated in its final shape; with ``fuse_bias``, its rows set to the bias (``bias_rows``) and the
-    bias added by the epilogue (beta = 1)."""
+    the output allocated in its final shape; with ``fuse_bias``, the bias added by ``launch_bias`` (the kernel
+    with the bias epilogue, the bias pointer its last argument) where there is one, else by the epilogue's beta
+    term over rows set to the bias (``bias_rows``)."""
     torch = _torch()
     empty, dense = torch.empty, torch.contiguous_format
     shape, dtype, device = (*x.shape[:-1], n), x.dtype, x.device
@@ -296,6 +306,10 @@ def fast_linear(launch: Any, x: Any, n: int, fuse_bias: bool, dev: int, device_n
         if bias is not None and (bias.dtype != dtype or bias.get_device() != dev or not bias.is_contiguous()):
             return None
         stream = stream_of(dev)
+        if bias is not None and launch_bias is not None:
+            out = empty(shape, dtype=dtype, device=device)
+            launch_bias(xp, wp, out.data_ptr(), 1.0, 0.0, stream, bias.data_ptr())
+            return out
         if bias is not None and fuse_bias:
             out, beta = empty(shape, dtype=dtype, device=device), 1.0
             if not bias_rows(out, bias, rows, stream):

@@ -6,6 +6,7 @@ kernel computes the right numbers when its CUDA source runs on the host under th
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import subprocess
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from autotune.build.compiler import compile_source
-from autotune.build.templates import template_path
+from autotune.build.templates import render, template_path
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
@@ -96,7 +97,7 @@ def test_render_carries_the_variant_and_the_exact_signature():
 
 def test_variant_keys_and_refusals():
     assert nt.variant("float16", "NT") == {
-        "DTYPE": "float16", "T": "__half", "ES": 2, "LAYOUT": "NT", "TRANS_A": False, "TRANS_B": True,
+        "DTYPE": "float16", "T": "__half", "ES": 2, "LAYOUT": "NT", "TRANS_A": False, "TRANS_B": True, "BIAS": False,
     }  # fmt: skip
     with pytest.raises(ValueError, match="dtype"):
         nt.variant("float64", "NT")
@@ -251,18 +252,26 @@ def _values(raw, dtype, shape):
     return np.frombuffer(raw, {"float32": np.float32, "float16": np.float16}[dtype]).reshape(shape).astype(np.float64)
 
 
-def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
+def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3, bias=False):
+    """The relative error of the emulated kernel's C against float64; with ``bias``, the bias epilogue variant
+    (rendered by the framework, the bias its last argument) against float64 plus a bias of sqrt(K) scale."""
     compiler = gxx()
     if compiler is None:
         pytest.skip("needs g++ with C++17 and _Float16")
-    name = nt.kernel_name(p, dtype, layout)
-    src = nt.render(p, dtype, layout, name)
+    M, N, K = shape
+    if bias:
+        r = render("gemm", "skinny_nt", p, dataclasses.replace(GEMM.problem([M, N, K], dtype, layout), bias=True))
+        name, src = r.kernel_name, r.source
+        extra = f'static const std::vector<char> g_bias = slurp("{tmp_path}/bias.bin");\n'
+        extra += "#define KERNEL_EXTRA_ARGS , (const T*)g_bias.data()\n"
+    else:
+        name, extra = nt.kernel_name(p, dtype, layout), ""
+        src = nt.render(p, dtype, layout, name)
     src = "\n".join(line for line in src.splitlines() if not line.startswith("#include"))
     src = src.replace("extern __shared__ __align__(16) float red[];", "float* red = g_smem;")
     src = src.replace("__shared__ int s_last;", "static int s_last;")
-    build(tmp_path, f"{HEADER}\n{MMA_PTX}\n{SHFL}", f"{src}\n#define KERNEL {name}\n{SPLIT_K_GEMM_MAIN}")
+    build(tmp_path, f"{HEADER}\n{MMA_PTX}\n{SHFL}", f"{src}\n#define KERNEL {name}\n{extra}{SPLIT_K_GEMM_MAIN}")
 
-    M, N, K = shape
     rng = np.random.default_rng(0)
     a = _values(_bits(rng.standard_normal((M, K)), dtype).tobytes(), dtype, (M, K))
     w = _values(_bits(rng.standard_normal((N, K)), dtype).tobytes(), dtype, (N, K))
@@ -270,6 +279,8 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
     _bits(a.T if layout[0] == "T" else a, dtype).tofile(tmp_path / "a.bin")
     _bits(w, dtype).tofile(tmp_path / "b.bin")
     _bits(c, dtype).tofile(tmp_path / "c.bin")
+    add = _values(_bits(rng.standard_normal(N) * np.sqrt(K), dtype).tobytes(), dtype, (N,)) if bias else 0.0
+    _bits(np.asarray(add) if bias else np.zeros(1), dtype).tofile(tmp_path / "bias.bin")
     launch = nt.launch(p, nt.Problem(M, N, K, dtype, layout))
     args = [tmp_path / "k", tmp_path, M, N, K, alpha, beta, *launch.grid, launch.block[0]]
     args += [launch.shared_bytes, b_offset, reps]
@@ -277,7 +288,7 @@ def _emulate(tmp_path, p, dtype, layout, shape, alpha, beta, b_offset, reps=3):
     assert run.returncode == 0, run.stderr
     out = _values((tmp_path / "out.bin").read_bytes(), dtype, (M, N))
     assert not np.isnan(out).any()
-    ref = alpha * (a @ w.T) + beta * c
+    ref = alpha * (a @ w.T) + add + beta * c
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
@@ -308,4 +319,17 @@ EMULATED = [
 @pytest.mark.parametrize("label,dtype,layout,shape,alpha,beta,b_offset", EMULATED)
 def test_emulated_kernel_matches_float64(tmp_path, label, dtype, layout, shape, alpha, beta, b_offset):
     err = _emulate(tmp_path, GOOD[label], dtype, layout, shape, alpha, beta, b_offset)
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize(
+    "label,dtype,shape,alpha,beta",
+    [
+        ("m1", "float32", (1, 37, 1000), 1.0, 0.0),  # one block per tile: the bias added where C is stored
+        ("m16_split", "float16", (16, 13, 515), 1.0, 0.5),  # split-K 3: the bias added by the last block, beta too
+        ("mma_split", "bfloat16", (35, 29, 300), 2.0, 0.0),  # tensor cores, two row groups, split-K 3
+    ],  # fmt: skip
+)
+def test_emulated_bias_epilogue_adds_the_bias_per_column(tmp_path, label, dtype, shape, alpha, beta):
+    err = _emulate(tmp_path, GOOD[label], dtype, "NT", shape, alpha, beta, 0, bias=True)
     assert err < TOL[dtype], f"relative error {err:.2e}"

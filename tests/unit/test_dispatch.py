@@ -350,7 +350,7 @@ def test_load_decides_once_per_setting_and_never_remembers_a_provisional_decisio
     capture = [False]
     monkeypatch.setattr(cupy.cuda, "Device", lambda *a: SimpleNamespace(id=0))
     monkeypatch.setattr(runtime, "_gpu", lambda device_id: ("nvidia-h200-sm90", "sm_90"))
-    monkeypatch.setattr(runtime, "_build", lambda kernel, problem, c, arch: FakeLauncher(c))
+    monkeypatch.setattr(runtime, "build_launcher", lambda kernel, problem, c, arch: FakeLauncher(c))
     monkeypatch.setattr(online, "GpuRunner", Runner)
     monkeypatch.setattr(choices, "versions", lambda: VERSIONS)
     monkeypatch.setattr("autotune.measure.streams.capturing", lambda: capture[0])

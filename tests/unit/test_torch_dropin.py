@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 
@@ -325,7 +326,7 @@ class PointerLauncher:
     def __init__(self, problem, served):
         self.problem, self.served, self.streams, self.fail = problem, served, [], False
 
-    def launch_ptrs(self, a, b, out, alpha, beta, stream):
+    def launch_ptrs(self, a, b, out, alpha, beta, stream, bias=0):
         import torch
 
         if self.fail:
@@ -333,11 +334,13 @@ class PointerLauncher:
         p, dt = self.problem, getattr(torch, self.problem.dtype)
         self.streams.append(stream)
         if hasattr(p, "M"):  # nn.Linear's GEMM: A [M, K], B stored [N, K] (layout NT), C [M, N]
-            assert p.layout == "NT"
+            assert p.layout == "NT" and bool(bias) == p.bias  # the bias pointer exactly where the kernel takes one
             c = on_cpu(out, (p.M, p.N), dt)
             prod = alpha * on_cpu(a, (p.M, p.K), dt) @ on_cpu(b, (p.N, p.K), dt).t()
+            if p.bias:
+                prod = prod + on_cpu(bias, (p.N,), dt)
             c.copy_(prod + (beta * c if beta else 0))  # like a kernel: C is not read at beta = 0
-            self.served.append("linear")
+            self.served.append("linear+bias" if p.bias else "linear")
             return
         nhwc = p.layout == "NHWC"
         xs, ws, ys = (((p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.C), (p.N, p.P, p.Q, p.K)) if nhwc
@@ -353,14 +356,20 @@ class CPUBackend(AutotuneBackend):
     """The real backend's tensor code, with torch's matmul and conv on the CPU standing in for the kernels:
     the fast serve launches a ``PointerLauncher``; ``pointers=False`` leaves only the general path."""
 
-    def __init__(self, pointers=True):
+    def __init__(self, pointers=True, epilogue=False):
         self.served: list[str] = []
-        self.pointers, self.launchers = pointers, []
+        self.pointers, self.launchers, self.epilogue = pointers, [], epilogue
 
     def launcher(self, plan, device):
         if not self.pointers:
             return FakeLauncher("exact", vendor=True)
         self.launchers.append(PointerLauncher(plan.problem, self.served))
+        return self.launchers[-1]
+
+    def bias_launcher(self, launcher):  # epilogue=True: the kernel has the bias epilogue (serve.bias_epilogue)
+        if not self.epilogue:
+            return super().bias_launcher(launcher)  # a test's launcher is not ours: None, as for the vendor's
+        self.launchers.append(PointerLauncher(dataclasses.replace(launcher.problem, bias=True), self.served))
         return self.launchers[-1]
 
     @staticmethod
@@ -720,3 +729,37 @@ def test_bias_rows_are_one_copy_for_a_row_and_one_2d_copy_with_source_pitch_0_un
     assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and torch_backend._broadcast_2d is False
     tried = len(calls)
     assert not torch_backend._copy_rows(4096, 512, 2048, 16, 7) and len(calls) == tried  # not tried again
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (2, 3, 16)])
+def test_a_kernel_with_the_bias_epilogue_adds_the_bias_in_its_one_launch(torch, shape):
+    """Where the served kernel has a verified bias epilogue, a Linear's call is one launch with the bias pointer
+    last: no rows set to the bias first (``bias_rows`` is not called), beta 0."""
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8).eval()
+    backend = CPUBackend(epilogue=True)
+    backend.bias_rows = lambda *args: pytest.fail("the epilogue adds the bias: no rows are copied")
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        for _ in range(2):
+            torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+    assert backend.served[-2:] == ["linear+bias"] * 2
+
+
+def test_without_a_bias_epilogue_the_bias_rows_are_copied_and_added_by_beta(torch):
+    import autotune.torch as at
+
+    layer = torch.nn.Linear(16, 8).eval()
+    backend, copied = CPUBackend(), []
+    rows = backend.bias_rows
+    backend.bias_rows = lambda out, bias, n, stream: copied.append(n) or rows(out, bias, n, stream)
+    model = at.optimize(torch.nn.Sequential(layer), backend=backend)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+        for _ in range(2):
+            torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+    assert copied == [4, 4] and backend.served[-1] == "linear"
