@@ -12,6 +12,7 @@ import pytest
 
 from autotune.kernels import FAMILIES
 from autotune.measure.verify import tolerance_for
+from tests.gpu.test_gpu_torch import torch as torch  # the module's fixture: a CUDA torch, a fresh cache
 
 pytestmark = pytest.mark.gpu
 GEMM = FAMILIES["gemm"]
@@ -69,18 +70,13 @@ def test_the_bias_variant_is_verified_and_adds_the_bias_per_column(cupy, templat
 
 
 @pytest.fixture
-def torch(monkeypatch, tmp_path):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no CUDA device")
-    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+def ours(torch, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_VENDOR", "0")  # our kernels serve every problem they compute
-    return torch
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("rows", [1, 16, 64])
-def test_a_linear_with_a_bias_is_one_launch_eager_and_in_a_cuda_graph(torch, monkeypatch, dtype, rows):
+def test_a_linear_with_a_bias_is_one_launch_eager_and_in_a_cuda_graph(torch, ours, monkeypatch, dtype, rows):
     import autotune.torch as at
     from autotune.serve.torch_backend import AutotuneBackend
 
