@@ -70,7 +70,7 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
 
     class NoEpilogue(AutotuneBackend):  # a Linear's bias by rows set to it first, as before the bias epilogue
         @staticmethod
-        def bias_launcher(launcher):
+        def bias_launcher(launcher, device):
             return None
 
     def cold(opt):  # the general path: every call through calls.gemm/conv2d

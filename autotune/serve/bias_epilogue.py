@@ -35,7 +35,7 @@ def with_bias(launcher: Any) -> Launcher | None:
             return _made[launcher]
     from ..measure.streams import capturing
 
-    if not _can(launcher) or capturing():
+    if not can_have(launcher) or capturing():
         return None
     made = _build(launcher)
     with _lock:
@@ -51,7 +51,7 @@ def forget() -> None:
 dispatch.on_setting_change(forget)
 
 
-def _can(launcher: Any) -> bool:
+def can_have(launcher: Any) -> bool:
     """Whether ``launcher`` is ours, of a one-launch kernel whose problem can take the bias epilogue."""
     if type(launcher) is not Launcher:  # the vendor's, a staged one (launches before its kernel), a test's fake
         return False
@@ -60,7 +60,10 @@ def _can(launcher: Any) -> bool:
 
 
 def _build(launcher: Launcher) -> Launcher | None:
+    """The verified bias variant of ``launcher``, built on the current device (``launcher``'s), or None."""
     import cupy as cp
+
+    from ..core.device import current_gpu
 
     kernel, choice = launcher.kernel, launcher.choice
     problem = dataclasses.replace(launcher.problem, bias=True)
@@ -69,8 +72,7 @@ def _build(launcher: Launcher) -> Launcher | None:
         log.debug("no bias epilogue for %s: %s", launcher.kernel_name, reason)
         return None
     try:
-        _, arch = runtime._gpu(cp.cuda.Device().id)
-        biased = runtime.build_launcher(kernel, problem, choice, arch)
+        biased = runtime.build_launcher(kernel, problem, choice, current_gpu(cp.cuda.Device().id).arch)
         ok, why = _verified(biased)
     except (AutotuneError, cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
         ok, why = False, str(exc).splitlines()[0][:200]

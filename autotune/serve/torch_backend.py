@@ -171,7 +171,7 @@ class AutotuneBackend:
             return None
         dev = x.get_device()
         if kind == "linear":
-            biased = self.bias_launcher(launcher) if fuse_bias and module.bias is not None else None
+            biased = self.bias_launcher(launcher, x.device) if fuse_bias and module.bias is not None else None
             return fast_linear(launcher.launch_ptrs, x, module.out_features, fuse_bias, dev, self.device_reader(),
                                self.stream_of, self.bias_rows, biased.launch_ptrs if biased else None)  # fmt: skip
         return fast_conv(launcher.launch_ptrs, x, module, plan.problem.layout, cache, dev, self.device_reader(),
@@ -196,9 +196,15 @@ class AutotuneBackend:
     stream_of = staticmethod(streams.stream_of_torch)  # torch's current stream, as a launch's stream=
 
     @staticmethod
-    def bias_launcher(launcher: Any) -> Any:
-        """``launcher``'s kernel with the bias in its epilogue (verified on first use), or None."""
-        return bias_epilogue.with_bias(launcher)
+    def bias_launcher(launcher: Any, device: Any) -> Any:
+        """``launcher``'s kernel with the bias in its epilogue (built on ``device`` and verified there on first
+        use), or None."""
+        if not bias_epilogue.can_have(launcher):
+            return None
+        import cupy
+
+        with cupy.cuda.Device(device.index):
+            return bias_epilogue.with_bias(launcher)
 
     @staticmethod
     def bias_rows(out: Any, bias: Any, rows: int, stream: Any) -> bool:

@@ -160,7 +160,7 @@ def test_a_variant_that_fails_verification_is_not_served(monkeypatch):
     ours, _ = skinny_nt_launcher(bias=False)
     cupy = pytest.importorskip("cupy")
     made = []
-    monkeypatch.setattr(bias_epilogue.runtime, "_gpu", lambda device: ("gpu", "sm_90"))
+    monkeypatch.setattr("autotune.core.device.current_gpu", lambda device: SimpleNamespace(arch="sm_90"))
     monkeypatch.setattr(cupy.cuda, "Device", lambda *a: SimpleNamespace(id=0))
 
     def build(kernel, problem, choice, arch):
