@@ -97,8 +97,8 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
     with torch.inference_mode():
         base = copy.deepcopy(layer)
         backends = (None, Before(), None, NoEpilogue())
-        opt, before, sent, rows = (at.optimize(copy.deepcopy(layer), backend=b) for b in backends)
-        for m in (opt, before, sent, rows):
+        opt, before, sent, copies = (at.optimize(copy.deepcopy(layer), backend=b) for b in backends)
+        for m in (opt, before, sent, copies):
             m(x)  # decide, compile (and race, unless AUTOTUNE_VENDOR=0)
         router = sent.__dict__[at.ATTR]
         router.plans = {k: dataclasses.replace(p, route=at.Route.VENDOR) for k, p in router.plans.items()}
@@ -106,7 +106,7 @@ def _pair(torch, layer, x, bursts, sync) -> list[dict]:
         names = ("torch", f"optimized ({routes(opt)})", f"optimized, before (no fast paths) ({routes(before)})",
                  "optimized (vendor route)", "optimized, no bias epilogue: bias rows by device copies",
                  "optimized, no bias epilogue: bias rows by torch's clone")  # fmt: skip
-        fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x), lambda: rows(x), cloned(rows))
+        fns = (lambda: base(x), lambda: opt(x), cold(before), lambda: sent(x), lambda: copies(x), cloned(copies))
         times = interleaved_us(dict(zip(names, fns, strict=True)), bursts, sync=sync)
     theirs = times["torch"]
     rows = [{"what": "torch", "host_us": statistics.median(theirs)}]
