@@ -4,7 +4,8 @@ C = alpha * A @ B^T + beta * C with B (the weight W) stored N x K and read in pl
 The tensor cores compute C^T = W x^T: W's rows are the wgmma's M (BW rows a block, BW / CONSUMERS a consumer
 warpgroup), x's rows its N (MB); a producer warpgroup streams W and x by TMA through a ring of STAGES stages;
 SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order; with CLUSTER
-(optional, default off) they form a thread-block cluster and sum them through distributed shared memory instead.
+(optional, default off) they form a thread-block cluster and sum them through distributed shared memory instead;
+with SHARE_X (optional, default 1) the blocks of SHARE_X neighbouring tiles share x's stages by TMA multicast.
 Every check here is mirrored by a ``static_assert``.
 
 Example::
@@ -24,9 +25,10 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER")
-# CLUSTER came after winners were stored: off (or absent) renders and names the kernel as before it existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False),)
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X")
+# CLUSTER and SHARE_X came after winners were stored: at their defaults (or absent) the kernel renders and is named
+# as before they existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1))
 KINDS = (("CLUSTER", "bool"),)
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
@@ -36,6 +38,7 @@ MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once
 CONSUMER_ROWS = (64, 128)
 MAX_STAGES = 12
 MAX_SPLIT_K = 64
+SHARE_XS = (1, 2, 4)
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
@@ -45,11 +48,22 @@ def cluster(params: Params) -> bool:
     return bool(params.get("CLUSTER", False))
 
 
+def share_x(params: Params) -> int:
+    """SHARE_X of a configuration; 1 (x not shared) when it has none (configurations stored before it existed)."""
+    return params.get("SHARE_X", 1)
+
+
+def cluster_blocks(params: Params) -> int:
+    """Blocks of a thread-block cluster: the SHARE_X tiles of a group, times SPLIT_K with CLUSTER; 1 for none."""
+    return share_x(params) * (params["SPLIT_K"] if cluster(params) else 1)
+
+
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     p = params
     stage = (p["BW"] + p["MB"]) * BK * 2
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
-    return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p)}
+    return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
+            "SHARE_X": share_x(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -74,7 +88,23 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
         return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
-    return check_cluster(p, limits)
+    return check_cluster(p, limits) or check_share_x(p, limits)
+
+
+def check_share_x(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why SHARE_X cannot take its value in this configuration, or None: 1, 2 or 4 blocks, each copying whole
+    8-row swizzle atoms of x, in one portable cluster."""
+    p, x = params, share_x(params)
+    if x not in SHARE_XS or isinstance(x, bool):
+        return f"SHARE_X must be one of {', '.join(map(str, SHARE_XS))} (blocks sharing x's stages)"
+    if p["MB"] // x < 8:
+        return f"SHARE_X = {x} needs MB >= {8 * x} (each block copies whole 8-row swizzle atoms of x)"
+    if cluster_blocks(p) > limits.cluster_blocks:
+        return (
+            f"SHARE_X = {x} with CLUSTER and SPLIT_K = {p['SPLIT_K']} makes clusters of {cluster_blocks(p)} blocks, "
+            f"more than the {limits.cluster_blocks} of a portable cluster"
+        )
+    return None
 
 
 def check_cluster(params: Params, limits: DeviceLimits = SM90) -> str | None:
@@ -111,8 +141,10 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
 
 
 def launch(params: Params, problem: Any) -> Launch:
+    """Grid (tiles of BW rows rounded up to whole SHARE_X groups, times SPLIT_K; rows of MB of x)."""
     d = derived(params)
-    tiles = -(-problem.N // params["BW"])
+    x = share_x(params)
+    tiles = -(-problem.N // params["BW"] // x) * x
     grid = (tiles * params["SPLIT_K"], -(-problem.M // params["MB"]), 1)
     return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
@@ -128,11 +160,11 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
 
 
 class TensorMaps(LaunchBound):
-    """The tensor maps of a launch's x (A: M x K, boxes of 64 K x MB rows) and W (B stored N x K, boxes of 64 K x
-    BW rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
+    """The tensor maps of a launch's x (A: M x K, boxes of 64 K x MB / SHARE_X rows) and W (B stored N x K, boxes of
+    64 K x BW rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
 
     def __init__(self, params: Params, problem: Any) -> None:
-        self.problem, self.mb, self.bw = problem, params["MB"], params["BW"]
+        self.problem, self.mb, self.bw = problem, params["MB"] // share_x(params), params["BW"]
         self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
 
     def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
@@ -203,9 +235,9 @@ class WgmmaDecodeTemplate(GemmTemplate):
             "scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by value "
             "(__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, 1}, "
             "CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
-            "box {64, MB}; W (B) dims {K, N}, stride {K*2}, box {64, BW}. Grid (ceil(N/BW) * SPLIT_K, ceil(M/MB), "
-            "1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no scratch is used and the kernel carries "
-            "__cluster_dims__(SPLIT_K, 1, 1)."
+            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW}. Grid (ceil(ceil(N/BW) / "
+            "SHARE_X) * SHARE_X * SPLIT_K, ceil(M/MB), 1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no "
+            "scratch is used; the kernel carries __cluster_dims__ of SHARE_X (times SPLIT_K with CLUSTER) blocks."
         )
 
 

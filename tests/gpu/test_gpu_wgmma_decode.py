@@ -1,7 +1,9 @@
-"""GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory) and MB = 128 (M up to
-128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd multiples of 8 (the
-TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without K), fp16 and bf16,
-and alpha/beta on a relaunch. The configurations without either option are tested in test_gpu_wgmma.py."""
+"""GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory), SHARE_X (x's stages
+shared by TMA multicast among neighbouring tiles, alone and with CLUSTER; tiles rounded up to whole groups) and
+MB = 128 (M up to 128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd
+multiples of 8 (the TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without
+K), fp16 and bf16, and alpha/beta on a relaunch. The configurations without the options are tested in
+test_gpu_wgmma.py."""
 
 from __future__ import annotations
 
@@ -23,6 +25,11 @@ CONFIGS = [
     dict(BW=128, MB=128, CONSUMERS=2, STAGES=6, SPLIT_K=2, CLUSTER=True),
     dict(BW=128, MB=128, CONSUMERS=1, STAGES=6, SPLIT_K=1),
     dict(BW=128, MB=128, CONSUMERS=2, STAGES=5, SPLIT_K=3),  # MB 128 through the global split-K sum
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2),  # clusters of 2 x 2
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=6, SPLIT_K=2, SHARE_X=4),  # global split-K; N=4104: 65 tiles, grid 68
+    dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2),  # slices of 8 rows
+    dict(BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3, CLUSTER=True, SHARE_X=2),  # clusters of 6
+    dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=2, CLUSTER=True, SHARE_X=4),  # clusters of 8
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW; K no multiple of a stage, shorter than the
 # splits, or long (the Llama MLP's down projection)
@@ -36,7 +43,8 @@ def _needs_sm90(settings):
 
 
 def _label(p):
-    return "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
+    label = "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
+    return label + (f"-x{p['SHARE_X']}" if p.get("SHARE_X", 1) > 1 else "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -48,9 +56,10 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("params", [CONFIGS[0], CONFIGS[2], CONFIGS[7]], ids=_label)
+@pytest.mark.parametrize("params", [CONFIGS[0], CONFIGS[2], CONFIGS[7], CONFIGS[9], CONFIGS[11]], ids=_label)
 def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params):
-    """No counters to leave zero with CLUSTER: a second launch sums right too, and beta reads C once."""
+    """No counters to leave zero with CLUSTER, and none for SHARE_X's padding tiles: a second launch sums right
+    too, and beta reads C once."""
     _needs_sm90(settings)
     problem = GEMM.problem([50, 1000, 3000], dtype, "NT")
     errors = _launch_twice(settings, "wgmma_decode", params, problem, alpha=0.75, beta=-1.5)

@@ -1,6 +1,7 @@
-"""wgmma_decode's CLUSTER option without a GPU: off (or absent) it renders every stored winner byte for byte as
-before (their source hashes in tuned/); on, it compiles for sm_90a without spills, takes no global scratch, keeps
-the grid, and a configuration it cannot build is refused by the check and by the template."""
+"""wgmma_decode's CLUSTER and SHARE_X options without a GPU: off (or absent) they render every stored winner byte
+for byte as before (their source hashes in tuned/); on, they compile for sm_90a without spills, CLUSTER takes no
+global scratch and keeps the grid, SHARE_X rounds the tiles up to whole groups and cuts x's box, and a
+configuration the template cannot build is refused by the check and by the template."""
 
 from __future__ import annotations
 
@@ -42,9 +43,18 @@ def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
         problem = GEMM.problem(label, dtype, "NT")
         params = {k: v for k, v in entry["params"].items() if k != "CLUSTER"}
         assert render("gemm", "wgmma_decode", params, problem).source_hash == entry["source_hash"], key
-        off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False}, problem)
+        off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False, "SHARE_X": 1}, problem)
         assert off.source_hash == entry["source_hash"], key
-        assert "cluster" not in off.kernel_name, key
+        assert "cluster" not in off.kernel_name and "share_x" not in off.kernel_name, key
+
+
+def test_stored_cluster_winners_render_byte_for_byte_with_share_x_at_1():
+    entries = [(k, e) for k, e in _stored_decode_entries() if e["params"].get("CLUSTER", False)]
+    assert entries, "no stored wgmma_decode entry with CLUSTER to compare against"
+    for key, entry in entries:
+        dtype, _, label = key.split(":", 1)[1].split("/")
+        r = render("gemm", "wgmma_decode", {**entry["params"], "SHARE_X": 1}, GEMM.problem(label, dtype, "NT"))
+        assert r.source_hash == entry["source_hash"] and "share_x" not in r.kernel_name, key
 
 
 @pytest.mark.parametrize(
@@ -100,3 +110,61 @@ def test_cluster_keeps_the_grid_and_needs_no_global_scratch():
     assert wd.scratch(WIDE, p) == (0, 0)
     assert wd.scratch(dict(WIDE, CLUSTER=False), p)[1] == 4
     assert GEMM.check_problem("wgmma_decode", WIDE, p) is None
+
+
+SHARED = dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2)
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "dims"),
+    [
+        (SHARED, "float16", "CLUSTER_BLOCKS"),
+        (dict(SHARED, CLUSTER=False, SHARE_X=4), "bfloat16", "CLUSTER_BLOCKS"),
+        (dict(SHARED, BW=128, MB=16, STAGES=6, SPLIT_K=1, CLUSTER=False), "float16", "CLUSTER_BLOCKS"),
+        (dict(SHARED, BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3), "bfloat16", "CLUSTER_BLOCKS"),
+        (dict(SHARED, BW=256, MB=128, CONSUMERS=2, STAGES=4, SHARE_X=4), "float16", "CLUSTER_BLOCKS"),
+    ],  # fmt: skip
+)
+def test_share_x_configurations_multicast_x_and_compile_for_sm90a_without_spills(params, dtype, dims):
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert f"__cluster_dims__({dims}, 1, 1)" in r.source and f"_share_x{params['SHARE_X']}" in r.kernel_name
+    assert "tma_load_2d_multicast(w + (W_STAGE + r * X_SLICE * BK) * 2, &xmap" in r.source
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(SHARE_X=3), ["SHARE_X must be one of 1, 2, 4"]),
+        (dict(MB=8), ["SHARE_X = 2 needs MB >= 16"]),
+        (dict(MB=16, SHARE_X=4), ["SHARE_X = 4 needs MB >= 32"]),
+        (dict(SPLIT_K=8), ["clusters of 16 blocks", "portable cluster"]),
+        (dict(SHARE_X=4, SPLIT_K=4), ["clusters of 16 blocks"]),
+    ],  # fmt: skip
+)
+def test_a_share_x_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    assert_refused_twice(wd, lambda p, _layout: rendered(p), {**SHARED, **change}, words)
+
+
+def test_share_x_must_be_a_whole_number_of_blocks_not_a_bool():
+    assert "SHARE_X must be one of" in wd.check(dict(SHARED, SHARE_X=True))
+
+
+def test_share_x_rounds_the_tiles_up_to_whole_groups_and_keeps_the_scratch_per_real_tile():
+    p = GEMM.problem("64x4104x4096", "float16", "NT")  # 65 tiles of 64 rows of W
+    four = dict(SHARED, CLUSTER=False, SHARE_X=4)
+    assert wd.launch(four, p).grid == (68 * 2, 1, 1)
+    assert wd.launch(dict(four, SHARE_X=1), p).grid == (65 * 2, 1, 1)
+    assert wd.scratch(four, p)[1] == 65  # a counter per real tile: the padding tiles have none
+    assert wd.launch(SHARED, GEMM.problem("64x4096x4096", "float16", "NT")).grid == (64 * 2, 1, 1)
+    assert GEMM.check_problem("wgmma_decode", four, p) is None
+
+
+def test_share_x_cuts_the_box_of_x_each_block_copies():
+    p = GEMM.problem("64x4096x4096", "float16", "NT")
+    assert wd.TensorMaps(dict(SHARED, SHARE_X=4, SPLIT_K=1, CLUSTER=False), p).mb == 16
+    assert wd.TensorMaps(dict(SHARED, SHARE_X=1), p).mb == 64
+    assert wd.TensorMaps({k: v for k, v in SHARED.items() if k != "SHARE_X"}, p).mb == 64
