@@ -5,7 +5,8 @@ The tensor cores compute C^T = W x^T: W's rows are the wgmma's M (BW rows a bloc
 warpgroup), x's rows its N (MB); a producer warpgroup streams W and x by TMA through a ring of STAGES stages;
 SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order; with CLUSTER
 (optional, default off) they form a thread-block cluster and sum them through distributed shared memory instead;
-with SHARE_X (optional, default 1) the blocks of SHARE_X neighbouring tiles share x's stages by TMA multicast.
+with SHARE_W or SHARE_X (optional, default 1) a group of blocks shares W's stages (blocks of neighbouring row
+groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA multicast.
 Every check here is mirrored by a ``static_assert``.
 
 Example::
@@ -25,10 +26,10 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X")
-# CLUSTER and SHARE_X came after winners were stored: at their defaults (or absent) the kernel renders and is named
-# as before they existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1))
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W")
+# CLUSTER, SHARE_X and SHARE_W came after winners were stored: at their defaults (or absent) the kernel renders and
+# is named as before they existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1))
 KINDS = (("CLUSTER", "bool"),)
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
@@ -38,7 +39,7 @@ MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once
 CONSUMER_ROWS = (64, 128)
 MAX_STAGES = 12
 MAX_SPLIT_K = 64
-SHARE_XS = (1, 2, 4)
+SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
@@ -53,9 +54,14 @@ def share_x(params: Params) -> int:
     return params.get("SHARE_X", 1)
 
 
+def share_w(params: Params) -> int:
+    """SHARE_W of a configuration; 1 (W not shared) when it has none (configurations stored before it existed)."""
+    return params.get("SHARE_W", 1)
+
+
 def cluster_blocks(params: Params) -> int:
-    """Blocks of a thread-block cluster: the SHARE_X tiles of a group, times SPLIT_K with CLUSTER; 1 for none."""
-    return share_x(params) * (params["SPLIT_K"] if cluster(params) else 1)
+    """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
+    return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
 
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -63,7 +69,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     stage = (p["BW"] + p["MB"]) * BK * 2
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
-            "SHARE_X": share_x(p)}  # fmt: skip
+            "SHARE_X": share_x(p), "SHARE_W": share_w(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -88,20 +94,24 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
         return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
-    return check_cluster(p, limits) or check_share_x(p, limits)
+    return check_cluster(p, limits) or check_sharing(p, limits)
 
 
-def check_share_x(params: Params, limits: DeviceLimits = SM90) -> str | None:
-    """Why SHARE_X cannot take its value in this configuration, or None: 1, 2 or 4 blocks, each copying whole
-    8-row swizzle atoms of x, in one portable cluster."""
-    p, x = params, share_x(params)
-    if x not in SHARE_XS or isinstance(x, bool):
-        return f"SHARE_X must be one of {', '.join(map(str, SHARE_XS))} (blocks sharing x's stages)"
+def check_sharing(params: Params, limits: DeviceLimits = SM90) -> str | None:
+    """Why SHARE_X and SHARE_W cannot take their values in this configuration, or None: 1, 2 or 4 blocks, one of
+    the two shared, each block copying whole 8-row swizzle atoms of x, in one portable cluster."""
+    p, x, w = params, share_x(params), share_w(params)
+    for name, v in (("SHARE_X", x), ("SHARE_W", w)):
+        if v not in SHARES or isinstance(v, bool):
+            return f"{name} must be one of {', '.join(map(str, SHARES))} (blocks sharing {name[-1]}'s stages)"
+    if x > 1 and w > 1:
+        return "SHARE_X and SHARE_W cannot both be above 1 (a group shares one operand)"
     if p["MB"] // x < 8:
         return f"SHARE_X = {x} needs MB >= {8 * x} (each block copies whole 8-row swizzle atoms of x)"
     if cluster_blocks(p) > limits.cluster_blocks:
+        name, v = ("SHARE_X", x) if x > 1 else ("SHARE_W", w)
         return (
-            f"SHARE_X = {x} with CLUSTER and SPLIT_K = {p['SPLIT_K']} makes clusters of {cluster_blocks(p)} blocks, "
+            f"{name} = {v} with CLUSTER and SPLIT_K = {p['SPLIT_K']} makes clusters of {cluster_blocks(p)} blocks, "
             f"more than the {limits.cluster_blocks} of a portable cluster"
         )
     return None
@@ -141,11 +151,12 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    """Grid (tiles of BW rows rounded up to whole SHARE_X groups, times SPLIT_K; rows of MB of x)."""
+    """Grid (tiles of BW rows of W rounded up to whole SHARE_X groups, times SPLIT_K; row groups of MB of x rounded
+    up to whole SHARE_W groups)."""
     d = derived(params)
-    x = share_x(params)
+    x, w = share_x(params), share_w(params)
     tiles = -(-problem.N // params["BW"] // x) * x
-    grid = (tiles * params["SPLIT_K"], -(-problem.M // params["MB"]), 1)
+    grid = (tiles * params["SPLIT_K"], -(-problem.M // params["MB"] // w) * w, 1)
     return Launch(grid, (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
 
@@ -161,10 +172,10 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
 
 class TensorMaps(LaunchBound):
     """The tensor maps of a launch's x (A: M x K, boxes of 64 K x MB / SHARE_X rows) and W (B stored N x K, boxes of
-    64 K x BW rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
+    64 K x BW / SHARE_W rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
 
     def __init__(self, params: Params, problem: Any) -> None:
-        self.problem, self.mb, self.bw = problem, params["MB"] // share_x(params), params["BW"]
+        self.problem, self.mb, self.bw = problem, params["MB"] // share_x(params), params["BW"] // share_w(params)
         self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
 
     def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
@@ -235,9 +246,10 @@ class WgmmaDecodeTemplate(GemmTemplate):
             "scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by value "
             "(__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, 1}, "
             "CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
-            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW}. Grid (ceil(ceil(N/BW) / "
-            "SHARE_X) * SHARE_X * SPLIT_K, ceil(M/MB), 1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no "
-            "scratch is used; the kernel carries __cluster_dims__ of SHARE_X (times SPLIT_K with CLUSTER) blocks."
+            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW / SHARE_W}. Grid (ceil(ceil(N/BW) "
+            "/ SHARE_X) * SHARE_X * SPLIT_K, ceil(ceil(M/MB) / SHARE_W) * SHARE_W, 1), block 128 * (CONSUMERS + 1) "
+            "threads; with CLUSTER no scratch is used; with CLUSTER, SHARE_X or SHARE_W the kernel carries its "
+            "__cluster_dims__."
         )
 
 

@@ -1,5 +1,6 @@
-"""GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory), SHARE_X (x's stages
-shared by TMA multicast among neighbouring tiles, alone and with CLUSTER; tiles rounded up to whole groups) and
+"""GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory), SHARE_X and SHARE_W
+(x's stages shared by TMA multicast among neighbouring tiles of W, W's among neighbouring row groups of x, alone and
+with CLUSTER; tiles or row groups rounded up to whole groups) and
 MB = 128 (M up to 128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd
 multiples of 8 (the TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without
 K), fp16 and bf16, and alpha/beta on a relaunch. The configurations without the options are tested in
@@ -30,6 +31,10 @@ CONFIGS = [
     dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2),  # slices of 8 rows
     dict(BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3, CLUSTER=True, SHARE_X=2),  # clusters of 6
     dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=2, CLUSTER=True, SHARE_X=4),  # clusters of 8
+    dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=1, SHARE_W=2),  # two row groups on one tile of W
+    dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_W=2),  # clusters of 2 x 2
+    dict(BW=128, MB=16, CONSUMERS=2, STAGES=6, SPLIT_K=3, SHARE_W=4),  # global split-K; M=33: 3 row groups, grid 4
+    dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=4, CLUSTER=True, SHARE_W=2),  # clusters of 8
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW; K no multiple of a stage, shorter than the
 # splits, or long (the Llama MLP's down projection)
@@ -44,7 +49,7 @@ def _needs_sm90(settings):
 
 def _label(p):
     label = "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
-    return label + (f"-x{p['SHARE_X']}" if p.get("SHARE_X", 1) > 1 else "")
+    return label + "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -56,10 +61,10 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("params", [CONFIGS[0], CONFIGS[2], CONFIGS[7], CONFIGS[9], CONFIGS[11]], ids=_label)
+@pytest.mark.parametrize("params", [CONFIGS[i] for i in (0, 2, 7, 9, 11, 15, 16)], ids=_label)
 def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params):
-    """No counters to leave zero with CLUSTER, and none for SHARE_X's padding tiles: a second launch sums right
-    too, and beta reads C once."""
+    """No counters to leave zero with CLUSTER, and none for the padding tiles or row groups of SHARE_X and SHARE_W:
+    a second launch sums right too, and beta reads C once."""
     _needs_sm90(settings)
     problem = GEMM.problem([50, 1000, 3000], dtype, "NT")
     errors = _launch_twice(settings, "wgmma_decode", params, problem, alpha=0.75, beta=-1.5)

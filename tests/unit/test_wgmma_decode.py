@@ -1,7 +1,7 @@
-"""wgmma_decode's CLUSTER and SHARE_X options without a GPU: off (or absent) they render every stored winner byte
-for byte as before (their source hashes in tuned/); on, they compile for sm_90a without spills, CLUSTER takes no
-global scratch and keeps the grid, SHARE_X rounds the tiles up to whole groups and cuts x's box, and a
-configuration the template cannot build is refused by the check and by the template."""
+"""wgmma_decode's CLUSTER, SHARE_X and SHARE_W options without a GPU: off (or absent) they render every stored
+winner byte for byte as before (their source hashes in tuned/); on, they compile for sm_90a without spills, CLUSTER
+takes no global scratch and keeps the grid, SHARE_X / SHARE_W round the tiles / row groups up to whole groups and
+cut x's / W's box, and a configuration the template cannot build is refused by the check and by the template."""
 
 from __future__ import annotations
 
@@ -43,18 +43,19 @@ def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
         problem = GEMM.problem(label, dtype, "NT")
         params = {k: v for k, v in entry["params"].items() if k != "CLUSTER"}
         assert render("gemm", "wgmma_decode", params, problem).source_hash == entry["source_hash"], key
-        off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False, "SHARE_X": 1}, problem)
+        off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False, "SHARE_X": 1, "SHARE_W": 1}, problem)
         assert off.source_hash == entry["source_hash"], key
-        assert "cluster" not in off.kernel_name and "share_x" not in off.kernel_name, key
+        assert "cluster" not in off.kernel_name and "share" not in off.kernel_name, key
 
 
-def test_stored_cluster_winners_render_byte_for_byte_with_share_x_at_1():
+def test_stored_cluster_winners_render_byte_for_byte_with_sharing_at_1():
     entries = [(k, e) for k, e in _stored_decode_entries() if e["params"].get("CLUSTER", False)]
     assert entries, "no stored wgmma_decode entry with CLUSTER to compare against"
     for key, entry in entries:
         dtype, _, label = key.split(":", 1)[1].split("/")
-        r = render("gemm", "wgmma_decode", {**entry["params"], "SHARE_X": 1}, GEMM.problem(label, dtype, "NT"))
-        assert r.source_hash == entry["source_hash"] and "share_x" not in r.kernel_name, key
+        params = {**entry["params"], "SHARE_X": 1, "SHARE_W": 1}
+        r = render("gemm", "wgmma_decode", params, GEMM.problem(label, dtype, "NT"))
+        assert r.source_hash == entry["source_hash"] and "share" not in r.kernel_name, key
 
 
 @pytest.mark.parametrize(
@@ -115,21 +116,31 @@ def test_cluster_keeps_the_grid_and_needs_no_global_scratch():
 SHARED = dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2)
 
 
+X_DIMS, W_DIMS = "(GROUP * SPLITS_IN_CLUSTER, 1, 1)", "(SPLITS_IN_CLUSTER, GROUP, 1)"
+SHARE_W = dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=1, CLUSTER=False, SHARE_W=2)
+
+
 @pytest.mark.parametrize(
-    ("params", "dtype", "dims"),
+    ("params", "dtype", "dims", "multicast"),
     [
-        (SHARED, "float16", "CLUSTER_BLOCKS"),
-        (dict(SHARED, CLUSTER=False, SHARE_X=4), "bfloat16", "CLUSTER_BLOCKS"),
-        (dict(SHARED, BW=128, MB=16, STAGES=6, SPLIT_K=1, CLUSTER=False), "float16", "CLUSTER_BLOCKS"),
-        (dict(SHARED, BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3), "bfloat16", "CLUSTER_BLOCKS"),
-        (dict(SHARED, BW=256, MB=128, CONSUMERS=2, STAGES=4, SHARE_X=4), "float16", "CLUSTER_BLOCKS"),
+        (SHARED, "float16", X_DIMS, "&xmap"),
+        (dict(SHARED, CLUSTER=False, SHARE_X=4), "bfloat16", X_DIMS, "&xmap"),
+        (dict(SHARED, BW=128, MB=16, STAGES=6, SPLIT_K=1, CLUSTER=False), "float16", X_DIMS, "&xmap"),
+        (dict(SHARED, BW=128, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3), "bfloat16", X_DIMS, "&xmap"),
+        (dict(SHARED, BW=256, MB=128, CONSUMERS=2, STAGES=4, SHARE_X=4), "float16", X_DIMS, "&xmap"),
+        (SHARE_W, "float16", W_DIMS, "&wmap"),
+        (dict(SHARE_W, SPLIT_K=2, CLUSTER=True), "bfloat16", W_DIMS, "&wmap"),
+        (dict(SHARE_W, BW=128, CONSUMERS=2, MB=16, SPLIT_K=2, SHARE_W=4), "float16", W_DIMS, "&wmap"),
+        (dict(SHARE_W, BW=256, CONSUMERS=2, MB=64, STAGES=4, SPLIT_K=4, CLUSTER=True), "bfloat16", W_DIMS, "&wmap"),
     ],  # fmt: skip
 )
-def test_share_x_configurations_multicast_x_and_compile_for_sm90a_without_spills(params, dtype, dims):
+def test_shared_operand_configurations_multicast_and_compile_for_sm90a_without_spills(params, dtype, dims, multicast):
     assert wd.check(params) is None
     r = rendered(params, dtype=dtype)
-    assert f"__cluster_dims__({dims}, 1, 1)" in r.source and f"_share_x{params['SHARE_X']}" in r.kernel_name
-    assert "tma_load_2d_multicast(w + (W_STAGE + r * X_SLICE * BK) * 2, &xmap" in r.source
+    name = "x" if multicast == "&xmap" else "w"
+    assert f"__cluster_dims__{dims}" in r.source and f"_share_{name}{params[f'SHARE_{name.upper()}']}" in r.kernel_name
+    dst = "(W_STAGE + r * X_SLICE * BK) * 2" if name == "x" else "r * W_SLICE * BK * 2"
+    assert f"tma_load_2d_multicast(w + {dst}, {multicast}, kb * BK" in r.source
     c = compile_source(r.source, r.kernel_name, "sm_90")
     assert c.ok, c.error
     assert c.spills == 0
@@ -143,14 +154,18 @@ def test_share_x_configurations_multicast_x_and_compile_for_sm90a_without_spills
         (dict(MB=16, SHARE_X=4), ["SHARE_X = 4 needs MB >= 32"]),
         (dict(SPLIT_K=8), ["clusters of 16 blocks", "portable cluster"]),
         (dict(SHARE_X=4, SPLIT_K=4), ["clusters of 16 blocks"]),
+        (dict(SHARE_X=1, SHARE_W=3), ["SHARE_W must be one of 1, 2, 4"]),
+        (dict(SHARE_W=2), ["SHARE_X and SHARE_W cannot both"]),
+        (dict(SHARE_X=1, SHARE_W=4, SPLIT_K=4), ["SHARE_W = 4", "clusters of 16 blocks"]),
     ],  # fmt: skip
 )
-def test_a_share_x_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+def test_a_sharing_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
     assert_refused_twice(wd, lambda p, _layout: rendered(p), {**SHARED, **change}, words)
 
 
-def test_share_x_must_be_a_whole_number_of_blocks_not_a_bool():
+def test_sharing_must_be_a_whole_number_of_blocks_not_a_bool():
     assert "SHARE_X must be one of" in wd.check(dict(SHARED, SHARE_X=True))
+    assert "SHARE_W must be one of" in wd.check(dict(SHARE_W, SHARE_W=True))
 
 
 def test_share_x_rounds_the_tiles_up_to_whole_groups_and_keeps_the_scratch_per_real_tile():
@@ -163,8 +178,19 @@ def test_share_x_rounds_the_tiles_up_to_whole_groups_and_keeps_the_scratch_per_r
     assert GEMM.check_problem("wgmma_decode", four, p) is None
 
 
+def test_share_w_rounds_the_row_groups_up_to_whole_groups_and_keeps_the_scratch_per_real_row_group():
+    p = GEMM.problem("50x4096x4096", "float16", "NT")  # 4 row groups of 16 rows of x
+    w = dict(SHARE_W, MB=16, SPLIT_K=2)
+    assert wd.launch(w, p).grid == (64 * 2, 4, 1)
+    assert wd.launch(dict(w, SHARE_W=4), GEMM.problem("65x4096x4096", "float16", "NT")).grid == (128, 8, 1)
+    assert wd.scratch(dict(w, SHARE_W=4), GEMM.problem("65x4096x4096", "float16", "NT"))[1] == 64 * 5
+    assert GEMM.check_problem("wgmma_decode", w, p) is None
+
+
 def test_share_x_cuts_the_box_of_x_each_block_copies():
     p = GEMM.problem("64x4096x4096", "float16", "NT")
     assert wd.TensorMaps(dict(SHARED, SHARE_X=4, SPLIT_K=1, CLUSTER=False), p).mb == 16
     assert wd.TensorMaps(dict(SHARED, SHARE_X=1), p).mb == 64
     assert wd.TensorMaps({k: v for k, v in SHARED.items() if k != "SHARE_X"}, p).mb == 64
+    assert wd.TensorMaps(SHARE_W, p).bw == 32 and wd.TensorMaps(SHARE_W, p).mb == 32
+    assert wd.TensorMaps(dict(SHARE_W, SHARE_W=1), p).bw == 64
