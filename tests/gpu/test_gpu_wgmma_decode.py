@@ -35,6 +35,7 @@ CONFIGS = [
     dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_W=2),  # clusters of 2 x 2
     dict(BW=128, MB=16, CONSUMERS=2, STAGES=6, SPLIT_K=3, SHARE_W=4),  # global split-K; M=33: 3 row groups, grid 4
     dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=4, CLUSTER=True, SHARE_W=2),  # clusters of 8
+    dict(BW=64, MB=32, CONSUMERS=1, STAGES=18, SPLIT_K=1, SHARE_W=2),  # a ring past 12 stages
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW; K no multiple of a stage, shorter than the
 # splits, or long (the Llama MLP's down projection)

@@ -194,3 +194,17 @@ def test_share_x_cuts_the_box_of_x_each_block_copies():
     assert wd.TensorMaps({k: v for k, v in SHARED.items() if k != "SHARE_X"}, p).mb == 64
     assert wd.TensorMaps(SHARE_W, p).bw == 32 and wd.TensorMaps(SHARE_W, p).mb == 32
     assert wd.TensorMaps(dict(SHARE_W, SHARE_W=1), p).bw == 64
+
+
+def test_rings_past_12_stages_compile_and_a_ring_past_the_shared_memory_is_refused():
+    """Up to 24 stages (a long K per block keeps more of W in flight); 12 or fewer render as before they existed."""
+    deep = dict(BW=64, MB=32, CONSUMERS=1, STAGES=18, SPLIT_K=1, SHARE_W=2)
+    assert wd.check(deep) is None
+    r = rendered(deep)
+    assert "STAGES <= 24" in r.source and "STAGES <= 12" not in r.source
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert c.ok and c.spills == 0, c.error
+    assert "STAGES <= 12" in rendered(dict(deep, STAGES=12)).source
+    assert "more than the" in wd.check(dict(deep, MB=64, STAGES=18))  # 18 stages of 16 KiB: past 227 KiB
+    too_deep = dict(deep, MB=8, STAGES=25, SHARE_W=1)
+    assert_refused_twice(wd, lambda p, _layout: rendered(p), too_deep, ["STAGES must be 2 to 24"])
