@@ -1,10 +1,9 @@
 """GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory), SHARE_X and SHARE_W
 (x's stages shared by TMA multicast among neighbouring tiles of W, W's among neighbouring row groups of x, alone and
-with CLUSTER; tiles or row groups rounded up to whole groups) and
-MB = 128 (M up to 128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd
-multiples of 8 (the TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without
-K), fp16 and bf16, and alpha/beta on a relaunch. The configurations without the options are tested in
-test_gpu_wgmma.py."""
+with CLUSTER; tiles or row groups rounded up to whole groups), rings past 12 stages, and MB = 128 (M up to 128 in
+one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd multiples of 8 (the TMA's
+zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without K), fp16 and bf16, and
+alpha/beta on a relaunch. The configurations without the options are tested in test_gpu_wgmma.py."""
 
 from __future__ import annotations
 
