@@ -30,13 +30,17 @@ def _stored_decode_entries() -> list[tuple[str, dict]]:
     return out
 
 
+def _unshared(entry: dict) -> bool:
+    return entry["params"].get("SHARE_X", 1) == 1 and entry["params"].get("SHARE_W", 1) == 1
+
+
 def rendered(p, shape=(64, 4096, 4096), dtype="float16"):
     return render("gemm", "wgmma_decode", p, GEMM.problem(list(shape), dtype, "NT"))
 
 
 def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
     """test_export checks every entry as stored; this adds CLUSTER written out as off, and the kernel's name."""
-    entries = [(k, e) for k, e in _stored_decode_entries() if not e["params"].get("CLUSTER", False)]
+    entries = [(k, e) for k, e in _stored_decode_entries() if not e["params"].get("CLUSTER", False) and _unshared(e)]
     assert entries, "no stored wgmma_decode entry without CLUSTER to compare against"
     for key, entry in entries:
         dtype, _, label = key.split(":", 1)[1].split("/")
@@ -49,7 +53,7 @@ def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
 
 
 def test_stored_cluster_winners_render_byte_for_byte_with_sharing_at_1():
-    entries = [(k, e) for k, e in _stored_decode_entries() if e["params"].get("CLUSTER", False)]
+    entries = [(k, e) for k, e in _stored_decode_entries() if e["params"].get("CLUSTER", False) and _unshared(e)]
     assert entries, "no stored wgmma_decode entry with CLUSTER to compare against"
     for key, entry in entries:
         dtype, _, label = key.split(":", 1)[1].split("/")
