@@ -37,7 +37,7 @@ LAYOUTS = ("NT",)
 BK = 64  # elements of K per stage (one 128-byte swizzle row)
 MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once)
 CONSUMER_ROWS = (64, 128)
-MAX_STAGES = 24  # shared memory allows 24 only for small stages (BW 64, MB <= 16); the rings past 12 came later
+MAX_STAGES = 24  # shared memory holds 24 only of the smallest stage (BW 64, MB 8: 9 KiB); past 12 came later
 MAX_SPLIT_K = 64
 SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
 
