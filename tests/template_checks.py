@@ -25,6 +25,14 @@ def assert_compile_cleanly(module: Any, rendered: Callable[..., Any], good: dict
     return results
 
 
+def assert_compiles_for_sm90(rendered: Any) -> CompileResult:
+    """A rendered sm90 kernel (its source asks for sm_90a) compiles and spills nothing; its compile result."""
+    c = compile_source(rendered.source, rendered.kernel_name, "sm_90")
+    assert c.ok, c.error
+    assert c.spills == 0, f"{rendered.kernel_name} spills {c.spills} bytes"
+    return c
+
+
 def assert_refused_twice(module: Any, rendered: Callable[..., Any], p: dict, words: Iterable[str]) -> None:
     """``module.check`` refuses ``p`` with a reason naming every word, and the rendered template does not compile
     (one of its static_asserts)."""

@@ -12,7 +12,7 @@ from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels import gemm_wgmma_tf32x3 as wt
 from autotune.kernels.gemm import GEMM
-from tests.template_checks import assert_refused_twice
+from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
 GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
 
@@ -32,9 +32,7 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
     assert wg.check(params) is None
     r = rendered(params, layout, dtype)
-    c = compile_source(r.source, r.kernel_name, "sm_90")  # the source asks for sm_90a
-    assert c.ok, c.error
-    assert c.spills == 0
+    c = assert_compiles_for_sm90(r)  # the source asks for sm_90a
     if registers:  # two consumers: 384 threads start at 168 registers, which setmaxnreg's budget assumes
         assert c.registers == registers
 
@@ -108,9 +106,7 @@ def rendered_decode(p, layout="NT", dtype="float16", shape=(16, 4096, 4096)):
 def test_decode_configurations_compile_for_sm90a_without_spills(params, dtype):
     assert wd.check(params) is None
     r = rendered_decode(params, dtype=dtype)
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok, c.error
-    assert c.spills == 0
+    assert_compiles_for_sm90(r)
 
 
 @pytest.mark.parametrize(
@@ -177,9 +173,7 @@ def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layou
     shares add up to the launch's registers a thread only if the kernel starts at the launch bound's maximum."""
     assert wt.check(params) is None
     r = rendered_tf32x3(params, layout, shape)
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok, c.error
-    assert c.spills == 0
+    c = assert_compiles_for_sm90(r)
     assert "serialized" not in c.log
     warpgroups = params["PRODUCERS"] + params["CONSUMERS"]
     if warpgroups == 4 or (params["PREFETCH"] and 64 * params["CONSUMERS"] + params["BN"] > 192):

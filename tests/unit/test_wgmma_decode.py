@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.build.compiler import compile_source
 from autotune.build.templates import render
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels.gemm import GEMM
-from tests.template_checks import assert_refused_twice
+from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = sorted(ROOT.glob("tuned/*/gemm.json"))
@@ -76,9 +75,7 @@ def test_cluster_configurations_compile_for_sm90a_without_spills(params, dtype):
     assert wd.check(params) is None
     r = rendered(params, dtype=dtype)
     assert "__cluster_dims__(SPLIT_K, 1, 1)" in r.source and r.kernel_name.endswith("_cluster1")
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok, c.error
-    assert c.spills == 0
+    assert_compiles_for_sm90(r)
 
 
 @pytest.mark.parametrize("split_k", [1, 3])
@@ -88,9 +85,7 @@ def test_mb_128_compiles_without_cluster_too(split_k):
     assert wd.check(p) is None
     r = rendered(p, shape=(128, 4104, 4088))
     assert "__cluster_dims__" not in r.source and "m64n128k16" in r.source
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok, c.error
-    assert c.spills == 0
+    assert_compiles_for_sm90(r)
 
 
 @pytest.mark.parametrize(
@@ -145,9 +140,7 @@ def test_shared_operand_configurations_multicast_and_compile_for_sm90a_without_s
     assert f"__cluster_dims__{dims}" in r.source and f"_share_{name}{params[f'SHARE_{name.upper()}']}" in r.kernel_name
     dst = "(W_STAGE + r * X_SLICE * BK) * 2" if name == "x" else "r * W_SLICE * BK * 2"
     assert f"tma_load_2d_multicast(w + {dst}, {multicast}, kb * BK" in r.source
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok, c.error
-    assert c.spills == 0
+    assert_compiles_for_sm90(r)
 
 
 @pytest.mark.parametrize(
@@ -206,8 +199,7 @@ def test_rings_past_12_stages_compile_and_a_ring_past_the_shared_memory_is_refus
     assert wd.check(deep) is None
     r = rendered(deep)
     assert "STAGES <= 24" in r.source and "STAGES <= 12" not in r.source
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert c.ok and c.spills == 0, c.error
+    assert_compiles_for_sm90(r)
     assert "STAGES <= 12" in rendered(dict(deep, STAGES=12)).source
     assert "more than the" in wd.check(dict(deep, MB=64, STAGES=18))  # 18 stages of 16 KiB: past 227 KiB
     too_deep = dict(deep, MB=8, STAGES=25, SHARE_W=1)
