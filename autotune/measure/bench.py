@@ -1,4 +1,5 @@
-"""Timing with CUDA events: warm-up, L2 flushed before every launch, median and spread."""
+"""Timing with CUDA events: warm-up, L2 flushed by reading and the GPU kept busy before every launch, median and
+spread."""
 
 from __future__ import annotations
 
@@ -34,17 +35,46 @@ class TimingPlan:
     probe: int = 3  # launches timed before deciding whether to abort
 
 
+FLUSH_SOURCE = r"""
+extern "C" __global__ void l2_flush_read(const uint4* __restrict__ p, long long n4, unsigned* __restrict__ sink) {
+  unsigned acc = 0u;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zeroed buffer, yet no load can be dropped
+}
+extern "C" __global__ void spin(long long ns) {  // one thread, busy for ns nanoseconds of the global timer
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
+}
+"""
+SPIN_US = 30  # longer than the host's side of a launch (a kernel's, or cupy.matmul's tens of us) after the flush
+
+
 class L2Flusher:
-    """Writes a buffer twice the size of L2 so no input stays cached between launches."""
+    """Leaves L2 clean and the GPU busy before a timed launch: a read of a buffer of 4x the L2 size (reading leaves
+    clean lines; a flush by writing would leave dirty ones, whose write-back lands inside the next kernel's time),
+    then a short spin kernel, so the start event that follows is recorded while the host enqueues the launch and
+    its host cost is not counted."""
 
     def __init__(self) -> None:
         import cupy as cp
 
-        l2 = cp.cuda.Device().attributes.get("L2CacheSize", 64 << 20)
-        self._buf = cp.empty(max(2 * l2, 1 << 20) // 4, dtype=cp.int32)
+        dev = cp.cuda.Device()
+        l2 = dev.attributes.get("L2CacheSize", 64 << 20)
+        self._buf = cp.zeros(max(4 * l2, 1 << 20) // 16, dtype=cp.uint32).reshape(-1, 4)
+        self._sink = cp.zeros(1, dtype=cp.uint32)
+        module = cp.RawModule(code=FLUSH_SOURCE, options=("-std=c++17",))
+        self._read, self._spin = module.get_function("l2_flush_read"), module.get_function("spin")
+        self._grid = (dev.attributes["MultiProcessorCount"] * 8,)
+        self._args = (self._buf, cp.int64(self._buf.shape[0]), self._sink)
+        self._ns = cp.int64(SPIN_US * 1000)
 
     def __call__(self) -> None:
-        self._buf.fill(0)
+        self._read(self._grid, (256,), self._args)
+        self._spin((1,), (1,), (self._ns,))
 
 
 def time_launches(
