@@ -6,8 +6,9 @@ warpgroup), x's rows its N (MB); a producer warpgroup streams W and x by TMA thr
 SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 partials in split order; with CLUSTER
 (optional, default off) they form a thread-block cluster and sum them through distributed shared memory instead;
 with SHARE_W or SHARE_X (optional, default 1) a group of blocks shares W's stages (blocks of neighbouring row
-groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA multicast.
-Every check here is mirrored by a ``static_assert``.
+groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA multicast; with ROTATE (optional,
+default off) each block walks its run of K from an offset of its own, wrapping, so the blocks do not all read the same
+stage of x from L2 at once. Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -26,11 +27,11 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W")
-# CLUSTER, SHARE_X and SHARE_W came after winners were stored: at their defaults (or absent) the kernel renders and
-# is named as before they existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1))
-KINDS = (("CLUSTER", "bool"),)
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE")
+# CLUSTER, SHARE_X, SHARE_W and ROTATE came after winners were stored: at their defaults (or absent) the kernel
+# renders and is named as before they existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False))
+KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"))
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT",)
@@ -59,6 +60,11 @@ def share_w(params: Params) -> int:
     return params.get("SHARE_W", 1)
 
 
+def rotate(params: Params) -> bool:
+    """ROTATE of a configuration; False (every block walks K from its start) when it has none."""
+    return bool(params.get("ROTATE", False))
+
+
 def cluster_blocks(params: Params) -> int:
     """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
     return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
@@ -69,7 +75,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     stage = (p["BW"] + p["MB"]) * BK * 2
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
-            "SHARE_X": share_x(p), "SHARE_W": share_w(p)}  # fmt: skip
+            "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -123,6 +129,8 @@ def check_cluster(params: Params, limits: DeviceLimits = SM90) -> str | None:
     p = params
     if not isinstance(p.get("CLUSTER", False), bool):
         return "CLUSTER must be true or false"
+    if not isinstance(p.get("ROTATE", False), bool):
+        return "ROTATE must be true or false"
     if not cluster(p):
         return None
     if not 2 <= p["SPLIT_K"] <= limits.cluster_blocks:

@@ -1,6 +1,7 @@
 """GPU tier for wgmma_decode's CLUSTER option (split-K summed in a cluster's shared memory), SHARE_X and SHARE_W
 (x's stages shared by TMA multicast among neighbouring tiles of W, W's among neighbouring row groups of x, alone and
-with CLUSTER; tiles or row groups rounded up to whole groups), rings past 12 stages, and MB = 128 (M up to 128 in
+with CLUSTER; tiles or row groups rounded up to whole groups), ROTATE (each block's run of K walked from an offset of
+its own, with CLUSTER, the global split-K and either sharing), rings past 12 stages, and MB = 128 (M up to 128 in
 one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd multiples of 8 (the TMA's
 zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without K), fp16 and bf16, and
 alpha/beta on a relaunch. The configurations without the options are tested in test_gpu_wgmma.py."""
@@ -35,6 +36,10 @@ CONFIGS = [
     dict(BW=128, MB=16, CONSUMERS=2, STAGES=6, SPLIT_K=3, SHARE_W=4),  # global split-K; M=33: 3 row groups, grid 4
     dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=4, CLUSTER=True, SHARE_W=2),  # clusters of 8
     dict(BW=64, MB=32, CONSUMERS=1, STAGES=18, SPLIT_K=1, SHARE_W=2),  # a ring past 12 stages
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, ROTATE=True),  # K walked from a tile's offset
+    dict(BW=128, MB=32, CONSUMERS=2, STAGES=5, SPLIT_K=3, ROTATE=True),  # global split-K: uneven or empty runs
+    dict(BW=64, MB=32, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2, ROTATE=True),  # one offset a group
+    dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_W=2, ROTATE=True),
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW; K no multiple of a stage, shorter than the
 # splits, or long (the Llama MLP's down projection)
@@ -49,7 +54,8 @@ def _needs_sm90(settings):
 
 def _label(p):
     label = "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
-    return label + "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
+    label += "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
+    return label + ("-rotate" if p.get("ROTATE") else "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -61,7 +67,7 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("params", [CONFIGS[i] for i in (0, 2, 7, 9, 11, 15, 16)], ids=_label)
+@pytest.mark.parametrize("params", [CONFIGS[i] for i in (0, 2, 7, 9, 11, 15, 16, 19)], ids=_label)
 def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params):
     """No counters to leave zero with CLUSTER, and none for the padding tiles or row groups of SHARE_X and SHARE_W:
     a second launch sums right too, and beta reads C once."""

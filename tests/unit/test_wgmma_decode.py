@@ -1,4 +1,4 @@
-"""wgmma_decode's CLUSTER, SHARE_X and SHARE_W options without a GPU: off (or absent) they render every stored
+"""wgmma_decode's CLUSTER, SHARE_X, SHARE_W and ROTATE options without a GPU: off (or absent) they render every stored
 winner byte for byte as before (their source hashes in tuned/); on, they compile for sm_90a without spills, CLUSTER
 takes no global scratch and keeps the grid, SHARE_X / SHARE_W round the tiles / row groups up to whole groups and
 cut x's / W's box, and a configuration the template cannot build is refused by the check and by the template."""
@@ -204,3 +204,32 @@ def test_rings_past_12_stages_compile_and_a_ring_past_the_shared_memory_is_refus
     assert "more than the" in wd.check(dict(deep, MB=64, STAGES=18))  # 18 stages of 16 KiB: past 227 KiB
     too_deep = dict(deep, MB=8, STAGES=25, SHARE_W=1)
     assert_refused_twice(wd, lambda p, _layout: rendered(p), too_deep, ["STAGES must be 2 to 24"])
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "group"),
+    [
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, ROTATE=True), "float16", "tile / 1 "),
+        (dict(BW=128, MB=32, CONSUMERS=2, STAGES=5, SPLIT_K=3, ROTATE=True), "bfloat16", "tile / 1 "),
+        (dict(BW=64, MB=32, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2, ROTATE=True), "float16", "tile / 2 "),
+        (
+            dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_W=2, ROTATE=True),
+            "bfloat16",
+            "tile / 1 ",
+        ),
+    ],  # fmt: skip
+)
+def test_rotate_walks_k_from_the_tiles_or_the_groups_offset_and_compiles_for_sm90a_without_spills(params, dtype, group):
+    """A SHARE_X group fills one ring, so its blocks share one offset (their tile over SHARE_X); off, the loop is the
+    plain one (the stored winners' sources, checked above)."""
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert r.kernel_name.endswith("_rotate1") and f"rot = run > 0 ? {group}% run : 0" in r.source
+    assert_compiles_for_sm90(r)
+    off = rendered(dict(params, ROTATE=False), dtype=dtype)
+    assert "rotate" not in off.kernel_name and "rot = " not in off.source
+    assert "for (int kb = kb0; kb < kb1; ++kb) {\n        mbar_wait(empty" in off.source
+
+
+def test_rotate_must_be_a_bool():
+    assert "ROTATE must be true or false" in wd.check(dict(WIDE, ROTATE=1))
