@@ -8,7 +8,8 @@ SPLIT_K blocks share a tile of W's rows and the last to finish sums their fp32 p
 with SHARE_W or SHARE_X (optional, default 1) a group of blocks shares W's stages (blocks of neighbouring row
 groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA multicast; with ROTATE (optional,
 default off) each block walks its run of K from an offset of its own, wrapping, so the blocks do not all read the same
-stage of x from L2 at once. Every check here is mirrored by a ``static_assert``.
+stage of x from L2 at once; with SPLIT_X (optional, default off) the two consumer warpgroups split x's rows
+instead of W's. Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -27,11 +28,17 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE")
-# CLUSTER, SHARE_X, SHARE_W and ROTATE came after winners were stored: at their defaults (or absent) the kernel
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X")
+# CLUSTER, SHARE_X, SHARE_W, ROTATE and SPLIT_X came after winners were stored: at their defaults (or absent) the kernel
 # renders and is named as before they existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False))
-KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"))
+DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("CLUSTER", False),
+    ("SHARE_X", 1),
+    ("SHARE_W", 1),
+    ("ROTATE", False),
+    ("SPLIT_X", False),
+)
+KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"))
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT",)
@@ -65,6 +72,11 @@ def rotate(params: Params) -> bool:
     return bool(params.get("ROTATE", False))
 
 
+def split_x(params: Params) -> bool:
+    """SPLIT_X of a configuration; False (the consumers split W's rows) when it has none."""
+    return bool(params.get("SPLIT_X", False))
+
+
 def cluster_blocks(params: Params) -> int:
     """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
     return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
@@ -75,12 +87,16 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     stage = (p["BW"] + p["MB"]) * BK * 2
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
-            "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p)}  # fmt: skip
+            "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
-    """fp32 accumulators per consumer thread."""
-    return params["BW"] // params["CONSUMERS"] // 64 * params["MB"] // 2
+    """fp32 accumulators per consumer thread: its rows of W (all BW with SPLIT_X) in m64 slices, times its rows of x
+    (MB / CONSUMERS with SPLIT_X) over 2."""
+    p = params
+    if split_x(p):
+        return p["BW"] // 64 * (p["MB"] // p["CONSUMERS"]) // 2
+    return p["BW"] // p["CONSUMERS"] // 64 * p["MB"] // 2
 
 
 def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
@@ -88,7 +104,16 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     p = params
     if p["CONSUMERS"] not in (1, 2):
         return "CONSUMERS must be 1 or 2 warpgroups"
-    if p["BW"] % p["CONSUMERS"] or p["BW"] // p["CONSUMERS"] not in CONSUMER_ROWS:
+    if not isinstance(p.get("SPLIT_X", False), bool):
+        return "SPLIT_X must be true or false"
+    if split_x(p):
+        if p["CONSUMERS"] != 2:
+            return "SPLIT_X needs CONSUMERS = 2 (the two consumer warpgroups split x's rows)"
+        if p["BW"] not in CONSUMER_ROWS:
+            return "with SPLIT_X, BW must be 64 or 128 rows of W (each consumer owns all of them)"
+        if p["MB"] // 2 not in MBS[:4]:
+            return "SPLIT_X needs MB of 16 to 128 (each consumer a wgmma on MB / 2 rows of x: 8 to 64)"
+    elif p["BW"] % p["CONSUMERS"] or p["BW"] // p["CONSUMERS"] not in CONSUMER_ROWS:
         return "BW / CONSUMERS must be 64 or 128 rows of W (one or two m64 wgmmas per consumer)"
     if p["MB"] not in MBS:
         return f"MB must be one of {', '.join(map(str, MBS))} (the wgmma's N: rows of x per block)"

@@ -1,7 +1,9 @@
-"""wgmma_decode's CLUSTER, SHARE_X, SHARE_W and ROTATE options without a GPU: off (or absent) they render every stored
-winner byte for byte as before (their source hashes in tuned/); on, they compile for sm_90a without spills, CLUSTER
-takes no global scratch and keeps the grid, SHARE_X / SHARE_W round the tiles / row groups up to whole groups and
-cut x's / W's box, and a configuration the template cannot build is refused by the check and by the template."""
+"""wgmma_decode's CLUSTER, SHARE_X, SHARE_W, ROTATE and SPLIT_X options without a GPU: off (or absent) they render
+every stored winner byte for byte as before (their source hashes in tuned/); on, they compile for sm_90a without
+spills, CLUSTER takes no global scratch and keeps the grid, SHARE_X / SHARE_W round the tiles / row groups up to whole
+groups and cut x's / W's box, ROTATE starts each block's run of K at its tile's (group's) offset, SPLIT_X gives each
+consumer all of the tile of W and half of x, and a configuration the template cannot build is refused by the check
+and by the template."""
 
 from __future__ import annotations
 
@@ -233,3 +235,39 @@ def test_rotate_walks_k_from_the_tiles_or_the_groups_offset_and_compiles_for_sm9
 
 def test_rotate_must_be_a_bool():
     assert "ROTATE must be true or false" in wd.check(dict(WIDE, ROTATE=1))
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "n"),
+    [
+        (dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, CLUSTER=True, SPLIT_X=True), "float16", 32),
+        (dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, SPLIT_X=True), "bfloat16", 32),
+        (dict(BW=64, MB=32, CONSUMERS=2, STAGES=6, SPLIT_K=3, SPLIT_X=True), "float16", 16),
+        (dict(BW=128, MB=128, CONSUMERS=2, STAGES=5, SPLIT_K=2, CLUSTER=True, SPLIT_X=True), "bfloat16", 64),
+        (dict(BW=64, MB=16, CONSUMERS=2, STAGES=8, SPLIT_K=1, SHARE_X=2, SPLIT_X=True), "float16", 8),
+    ],  # fmt: skip
+)
+def test_split_x_gives_each_consumer_all_of_w_and_half_of_x_and_compiles_for_sm90a_without_spills(params, dtype, n):
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert r.kernel_name.endswith("_split_x1") and f"wgmma.mma_async.sync.aligned.m64n{n}k16" in r.source
+    assert "const unsigned x = w + W_STAGE * 2 + c * MBC * 128;" in r.source and "c * WGW" not in r.source
+    assert wd.accumulators(params) == params["BW"] // 64 * n // 2
+    assert_compiles_for_sm90(r)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(CONSUMERS=1), ["SPLIT_X needs CONSUMERS = 2"]),
+        (dict(BW=256, STAGES=4), ["with SPLIT_X, BW must be 64 or 128"]),
+        (dict(MB=8), ["SPLIT_X needs MB of 16 to 128"]),
+    ],  # fmt: skip
+)
+def test_a_split_x_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    p = {**dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, CLUSTER=True, SPLIT_X=True), **change}
+    assert_refused_twice(wd, lambda q, _layout: rendered(q), p, words)
+
+
+def test_split_x_must_be_a_bool():
+    assert "SPLIT_X must be true or false" in wd.check(dict(WIDE, SPLIT_X=1))
