@@ -9,7 +9,8 @@ with SHARE_W or SHARE_X (optional, default 1) a group of blocks shares W's stage
 groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA multicast; with ROTATE (optional,
 default off) each block walks its run of K from an offset of its own, wrapping, so the blocks do not all read the same
 stage of x from L2 at once; with SPLIT_X (optional, default off) the two consumer warpgroups split x's rows
-instead of W's. Every check here is mirrored by a ``static_assert``.
+instead of W's; with STAGE_C (optional, default off) a block's tile of C is stored through shared memory in 16-byte
+vectors. Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -28,17 +29,12 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X")
-# CLUSTER, SHARE_X, SHARE_W, ROTATE and SPLIT_X came after winners were stored: at their defaults (or absent) the kernel
-# renders and is named as before they existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (
-    ("CLUSTER", False),
-    ("SHARE_X", 1),
-    ("SHARE_W", 1),
-    ("ROTATE", False),
-    ("SPLIT_X", False),
-)
-KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"))
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X", "STAGE_C")
+# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X and STAGE_C came after winners were stored: at their defaults (or
+# absent) the kernel renders and is named as before they existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False),
+                                          ("SPLIT_X", False), ("STAGE_C", False))  # fmt: skip
+KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"))
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT",)
@@ -77,6 +73,11 @@ def split_x(params: Params) -> bool:
     return bool(params.get("SPLIT_X", False))
 
 
+def stage_c(params: Params) -> bool:
+    """STAGE_C of a configuration; False (C stored from the wgmma's fragments) when it has none."""
+    return bool(params.get("STAGE_C", False))
+
+
 def cluster_blocks(params: Params) -> int:
     """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
     return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
@@ -87,7 +88,8 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     stage = (p["BW"] + p["MB"]) * BK * 2
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
-            "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p)}  # fmt: skip
+            "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p),
+            "STAGE_C": stage_c(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -125,7 +127,22 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
         return f"{p['STAGES']} stages need {need} bytes of shared memory, more than the {most} a block may use"
-    return check_cluster(p, limits) or check_sharing(p, limits)
+    return check_cluster(p, limits) or check_sharing(p, limits) or check_stage_c(p)
+
+
+def check_stage_c(params: Params) -> str | None:
+    """Why STAGE_C cannot be on in this configuration, or None: a block that stores its whole tile (not CLUSTER's
+    ranks, each storing a share), staged as MB rows of BW + 4 floats in the drained ring."""
+    p = params
+    if not isinstance(p.get("STAGE_C", False), bool):
+        return "STAGE_C must be true or false"
+    if not stage_c(p):
+        return None
+    if cluster(p):
+        return "STAGE_C stages a block's whole tile of C: not with CLUSTER, whose blocks each store a share"
+    if p["MB"] * (p["BW"] + 4) * 4 > p["STAGES"] * (p["BW"] + p["MB"]) * BK * 2:
+        return "STAGE_C needs the staged tile of C (MB x (BW + 4) floats) to fit in the ring of STAGES stages"
+    return None
 
 
 def check_sharing(params: Params, limits: DeviceLimits = SM90) -> str | None:

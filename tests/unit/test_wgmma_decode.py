@@ -2,7 +2,8 @@
 every stored winner byte for byte as before (their source hashes in tuned/); on, they compile for sm_90a without
 spills, CLUSTER takes no global scratch and keeps the grid, SHARE_X / SHARE_W round the tiles / row groups up to whole
 groups and cut x's / W's box, ROTATE starts each block's run of K at its tile's (group's) offset, SPLIT_X gives each
-consumer all of the tile of W and half of x, and a configuration the template cannot build is refused by the check
+consumer all of the tile of W and half of x, STAGE_C stores C through shared memory in 16-byte vectors, and a
+configuration the template cannot build is refused by the check
 and by the template."""
 
 from __future__ import annotations
@@ -271,3 +272,42 @@ def test_a_split_x_the_template_cannot_build_is_refused_by_the_check_and_the_tem
 
 def test_split_x_must_be_a_bool():
     assert "SPLIT_X must be true or false" in wd.check(dict(WIDE, SPLIT_X=1))
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype"),
+    [
+        (dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, STAGE_C=True), "float16"),
+        (dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, SPLIT_X=True, STAGE_C=True), "bfloat16"),
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=3, STAGE_C=True), "float16"),
+        (dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2, STAGE_C=True), "bfloat16"),
+        (dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=2, STAGE_C=True), "float16"),
+    ],  # fmt: skip
+)
+def test_stage_c_stores_c_through_the_ring_and_compiles_for_sm90a_without_spills(params, dtype):
+    """Both ends of a block's tile go through stage_store_c (no split-K, and the last block of the global split-K
+    sum), which stores whole rows of 8 as 16-byte vectors; off, the source is the plain one (checked above)."""
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert r.kernel_name.endswith("_stage_c1") and "*reinterpret_cast<uint4*>(dst) =" in r.source
+    calls = r.source.count("stage_store_c(acc, reinterpret_cast<float*>(ring), C, M, N")
+    assert calls == 2 and "  store_c(acc, C" not in r.source  # SPLIT_K 1's and the global sum's (if constexpr)
+    assert_compiles_for_sm90(r)
+    assert "stage_store_c" not in rendered(dict(params, STAGE_C=False), dtype=dtype).source
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(SPLIT_K=2, CLUSTER=True), ["STAGE_C", "not with CLUSTER"]),
+        (dict(BW=128, MB=128, STAGES=2, SPLIT_K=2), ["staged tile of C", "fit in the ring"]),  # 67.6 of 64 KiB
+    ],  # fmt: skip
+)
+def test_a_stage_c_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    p = {**dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, STAGE_C=True), **change}
+    assert_refused_twice(wd, lambda q, _layout: rendered(q), p, words)
+
+
+def test_stage_c_must_be_a_bool_and_takes_a_ring_just_large_enough():
+    assert "STAGE_C must be true or false" in wd.check(dict(WIDE, CLUSTER=False, STAGE_C=1))
+    assert wd.check(dict(BW=64, MB=128, CONSUMERS=1, STAGES=2, SPLIT_K=2, STAGE_C=True)) is None  # 34.8 of 48 KiB
