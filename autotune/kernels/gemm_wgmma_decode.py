@@ -106,8 +106,9 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     p = params
     if p["CONSUMERS"] not in (1, 2):
         return "CONSUMERS must be 1 or 2 warpgroups"
-    if not isinstance(p.get("SPLIT_X", False), bool):
-        return "SPLIT_X must be true or false"
+    for name in ("ROTATE", "SPLIT_X"):
+        if not isinstance(p.get(name, False), bool):
+            return f"{name} must be true or false"
     if split_x(p):
         if p["CONSUMERS"] != 2:
             return "SPLIT_X needs CONSUMERS = 2 (the two consumer warpgroups split x's rows)"
@@ -171,8 +172,6 @@ def check_cluster(params: Params, limits: DeviceLimits = SM90) -> str | None:
     p = params
     if not isinstance(p.get("CLUSTER", False), bool):
         return "CLUSTER must be true or false"
-    if not isinstance(p.get("ROTATE", False), bool):
-        return "ROTATE must be true or false"
     if not cluster(p):
         return None
     if not 2 <= p["SPLIT_K"] <= limits.cluster_blocks:
