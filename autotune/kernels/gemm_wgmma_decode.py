@@ -10,7 +10,9 @@ groups of x on one tile of W) or x's (blocks of neighbouring tiles of W) by TMA 
 default off) each block walks its run of K from an offset of its own, wrapping, so the blocks do not all read the same
 stage of x from L2 at once; with SPLIT_X (optional, default off) the two consumer warpgroups split x's rows
 instead of W's; with STAGE_C (optional, default off) a block's tile of C is stored through shared memory in 16-byte
-vectors. Every check here is mirrored by a ``static_assert``.
+vectors; with X_AS_M (optional, default off; MB 64) the roles are not swapped: x's 64 rows are the wgmma's M and a
+block's BW rows of W (8 to 128 a consumer, a multiple of 8) its N, so narrow tiles of W fill the GPU without split-K.
+Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -29,18 +31,20 @@ from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X", "STAGE_C")
-# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X and STAGE_C came after winners were stored: at their defaults (or
-# absent) the kernel renders and is named as before they existed
+PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X", "STAGE_C",
+          "X_AS_M")  # fmt: skip
+# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X, STAGE_C and X_AS_M came after winners were stored: at their defaults
+# (or absent) the kernel renders and is named as before they existed
 DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False),
-                                          ("SPLIT_X", False), ("STAGE_C", False))  # fmt: skip
-KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"))
+                                          ("SPLIT_X", False), ("STAGE_C", False), ("X_AS_M", False))  # fmt: skip
+KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"))
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT",)
 BK = 64  # elements of K per stage (one 128-byte swizzle row)
 MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once)
 CONSUMER_ROWS = (64, 128)
+X_AS_M_ROWS = tuple(range(8, 129, 8))  # X_AS_M: rows of W a consumer (the wgmma's N, whole 8-row atoms)
 MAX_STAGES = 24  # shared memory holds 24 only of the smallest stage (BW 64, MB 8: 9 KiB); past 12 came later
 MAX_SPLIT_K = 64
 SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
@@ -78,6 +82,11 @@ def stage_c(params: Params) -> bool:
     return bool(params.get("STAGE_C", False))
 
 
+def x_as_m(params: Params) -> bool:
+    """X_AS_M of a configuration; False (W's rows are the wgmma's M) when it has none."""
+    return bool(params.get("X_AS_M", False))
+
+
 def cluster_blocks(params: Params) -> int:
     """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
     return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
@@ -89,13 +98,15 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
             "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p),
-            "STAGE_C": stage_c(p)}  # fmt: skip
+            "STAGE_C": stage_c(p), "X_AS_M": x_as_m(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
     """fp32 accumulators per consumer thread: its rows of W (all BW with SPLIT_X) in m64 slices, times its rows of x
     (MB / CONSUMERS with SPLIT_X) over 2."""
     p = params
+    if x_as_m(p):
+        return p["BW"] // p["CONSUMERS"] // 2
     if split_x(p):
         return p["BW"] // 64 * (p["MB"] // p["CONSUMERS"]) // 2
     return p["BW"] // p["CONSUMERS"] // 64 * p["MB"] // 2
@@ -106,10 +117,15 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     p = params
     if p["CONSUMERS"] not in (1, 2):
         return "CONSUMERS must be 1 or 2 warpgroups"
-    for name in ("ROTATE", "SPLIT_X"):
+    for name in ("ROTATE", "SPLIT_X", "X_AS_M"):
         if not isinstance(p.get(name, False), bool):
             return f"{name} must be true or false"
-    if split_x(p):
+    if x_as_m(p):
+        if p["BW"] % p["CONSUMERS"] or p["BW"] // p["CONSUMERS"] not in X_AS_M_ROWS:
+            return "with X_AS_M, BW / CONSUMERS must be a multiple of 8 rows of W from 8 to 128 (the wgmma's N)"
+        if p["MB"] != 64 or split_x(p) or cluster(p) or stage_c(p):
+            return "X_AS_M needs MB = 64 (x's rows are the wgmma's M), and not CLUSTER, SPLIT_X or STAGE_C"
+    elif split_x(p):
         if p["CONSUMERS"] != 2:
             return "SPLIT_X needs CONSUMERS = 2 (the two consumer warpgroups split x's rows)"
         if p["BW"] not in CONSUMER_ROWS:
@@ -157,6 +173,8 @@ def check_sharing(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "SHARE_X and SHARE_W cannot both be above 1 (a group shares one operand)"
     if p["MB"] // x < 8:
         return f"SHARE_X = {x} needs MB >= {8 * x} (each block copies whole 8-row swizzle atoms of x)"
+    if p["BW"] // w < 8:
+        return f"SHARE_W = {w} needs BW >= {8 * w} (each block copies whole 8-row swizzle atoms of W)"
     if cluster_blocks(p) > limits.cluster_blocks:
         name, v = ("SHARE_X", x) if x > 1 else ("SHARE_W", w)
         return (

@@ -29,6 +29,8 @@ CASES = [
     ("wgmma_decode", dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, SPLIT_X=True), "float16", (64, 1000, 4096)),
     ("wgmma_decode", dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, STAGE_C=True), "bfloat16", (50, 4104, 4096)),
     ("wgmma_decode", dict(BW=64, MB=32, CONSUMERS=1, STAGES=6, SPLIT_K=2, STAGE_C=True), "float16", (33, 1000, 4096)),
+    ("wgmma_decode", dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, X_AS_M=True), "float16", (37, 1001, 4096)),
+    ("wgmma_decode", dict(BW=16, MB=64, CONSUMERS=2, STAGES=12, SPLIT_K=2, X_AS_M=True), "bfloat16", (64, 4104, 4096)),
     ("wgmma", dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, TMA_STORE=True, CLUSTER_M=1), "bfloat16",
      (300, 1000, 1024)),
     ("wgmma", dict(BM=128, BN=128, CONSUMERS=2, STAGES=4, RASTER=8, TMA_STORE=False, CLUSTER_M=2), "float16",

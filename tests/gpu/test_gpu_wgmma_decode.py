@@ -3,10 +3,11 @@
 with CLUSTER; tiles or row groups rounded up to whole groups), ROTATE (each block's run of K walked from an offset of
 its own, with CLUSTER, the global split-K and either sharing), SPLIT_X (the two consumers on halves of x's rows),
 STAGE_C (C stored through shared memory: 16-byte rows where N allows, one element at a time at the edges and where it
-does not), rings past 12 stages, and MB = 128 (M up to 128 in
-one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd multiples of 8 (the TMA's
-zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without K), fp16 and bf16, and
-alpha/beta on a relaunch. The configurations without the options are tested in test_gpu_wgmma.py."""
+does not), X_AS_M (x's rows the wgmma's M: pairs of columns of C, single ones where N is odd), rings past 12 stages,
+and MB = 128 (M up to 128 in one row of blocks): on fresh random inputs at M = 33, 50, 64, 100 and 128, N and K odd
+multiples of 8 (the TMA's zero fill, predicated stores, uneven shares of the accumulator pairs, splits left without
+K), fp16 and bf16, and alpha/beta on a relaunch. The configurations without the options are tested in
+test_gpu_wgmma.py."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ CONFIGS = [
     dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2, STAGE_C=True),  # padded tiles store nothing
     dict(BW=64, MB=32, CONSUMERS=1, STAGES=8, SPLIT_K=2, SHARE_W=2, STAGE_C=True),  # padded row groups too
     dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=2, STAGE_C=True),  # 128 rows of 260 floats staged
+    dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, X_AS_M=True),  # x's rows the wgmma's M, pairs of columns
+    dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, SHARE_X=2, X_AS_M=True),  # x multicast to two tiles
+    dict(BW=16, MB=64, CONSUMERS=2, STAGES=12, SPLIT_K=3, X_AS_M=True),  # m64n8 a consumer, the global sum
+    dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, SHARE_W=2, ROTATE=True, X_AS_M=True),  # padded row groups
+    dict(BW=112, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, X_AS_M=True),  # m64n56 a consumer: tiles no power of 2
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW (nor of 8: C's rows not whole 16 bytes); K
 # no multiple of a stage, shorter than the splits, or long (the Llama MLP's down projection)
@@ -68,7 +74,7 @@ def _label(p):
     label = "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
     label += "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
     label += ("-rotate" if p.get("ROTATE") else "") + ("-split-x" if p.get("SPLIT_X") else "")
-    return label + ("-stage-c" if p.get("STAGE_C") else "")
+    return label + ("-stage-c" if p.get("STAGE_C") else "") + ("-x-as-m" if p.get("X_AS_M") else "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -79,8 +85,11 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
     assert not failures, "\n".join(failures)
 
 
+RELAUNCHED = (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30, 33, 34, 35)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("params", [CONFIGS[i] for i in (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30)], ids=_label)
+@pytest.mark.parametrize("params", [CONFIGS[i] for i in RELAUNCHED], ids=_label)
 def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params):
     """No counters to leave zero with CLUSTER, and none for the padding tiles or row groups of SHARE_X and SHARE_W:
     a second launch sums right too, and beta reads C once."""

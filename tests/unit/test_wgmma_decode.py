@@ -311,3 +311,48 @@ def test_a_stage_c_the_template_cannot_build_is_refused_by_the_check_and_the_tem
 def test_stage_c_must_be_a_bool_and_takes_a_ring_just_large_enough():
     assert "STAGE_C must be true or false" in wd.check(dict(WIDE, CLUSTER=False, STAGE_C=1))
     assert wd.check(dict(BW=64, MB=128, CONSUMERS=1, STAGES=2, SPLIT_K=2, STAGE_C=True)) is None  # 34.8 of 48 KiB
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "n"),
+    [
+        (dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, X_AS_M=True), "float16", 32),
+        (dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, SHARE_X=2, X_AS_M=True), "bfloat16", 32),
+        (dict(BW=16, MB=64, CONSUMERS=2, STAGES=12, SPLIT_K=3, X_AS_M=True), "float16", 8),
+        (dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=1, ROTATE=True, X_AS_M=True), "bfloat16", 128),
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, SHARE_W=2, X_AS_M=True), "float16", 64),
+        (dict(BW=112, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, X_AS_M=True), "bfloat16", 56),  # 14336 = 128 x 112
+    ],  # fmt: skip
+)
+def test_x_as_m_makes_x_the_wgmmas_m_and_compiles_for_sm90a_without_spills(params, dtype, n):
+    """x's 64 rows are the wgmma's M and the consumer's BW / CONSUMERS rows of W its N; C leaves as 4-byte pairs of
+    neighbouring columns (and the global split-K sum's last block stores through the same store_c)."""
+    assert wd.check(params) is None
+    r = rendered(params, dtype=dtype)
+    assert r.kernel_name.endswith("_x_as_m1") and f"wgmma.mma_async.sync.aligned.m64n{n}k16" in r.source
+    assert "wgmma_tile(acc, dx, tile_desc<false>(w + c * WGW * 128, j));" in r.source
+    assert "*reinterpret_cast<unsigned*>(dst) =" in r.source and "constexpr int MI" not in r.source
+    assert wd.accumulators(params) == n // 2
+    assert_compiles_for_sm90(r)
+    assert "x_as_m" not in rendered(dict(params, X_AS_M=False, BW=128, CONSUMERS=1, STAGES=4), dtype=dtype).source
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(MB=32), ["X_AS_M needs MB = 64"]),
+        (dict(SPLIT_K=2, CLUSTER=True), ["X_AS_M", "not CLUSTER"]),
+        (dict(STAGE_C=True), ["X_AS_M", "STAGE_C"]),
+        (dict(BW=36), ["with X_AS_M, BW / CONSUMERS must be a multiple of 8 rows of W from 8 to 128"]),
+        (dict(BW=256, STAGES=4), ["with X_AS_M, BW / CONSUMERS must be"]),
+    ],  # fmt: skip
+)
+def test_an_x_as_m_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    p = {**dict(BW=32, MB=64, CONSUMERS=1, STAGES=16, SPLIT_K=1, X_AS_M=True), **change}
+    assert_refused_twice(wd, lambda q, _layout: rendered(q), p, words)
+
+
+def test_x_as_m_must_be_a_bool_and_share_w_needs_whole_atoms_of_w():
+    assert "X_AS_M must be true or false" in wd.check(dict(WIDE, X_AS_M=1))
+    p = dict(BW=8, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=1, SHARE_W=2, X_AS_M=True)
+    assert "SHARE_W = 2 needs BW >= 16" in wd.check(p)
