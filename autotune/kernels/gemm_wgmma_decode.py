@@ -11,8 +11,9 @@ default off) each block walks its run of K from an offset of its own, wrapping, 
 stage of x from L2 at once; with SPLIT_X (optional, default off) the two consumer warpgroups split x's rows
 instead of W's; with STAGE_C (optional, default off) a block's tile of C is stored through shared memory in 16-byte
 vectors; with X_AS_M (optional, default off; MB 64) the roles are not swapped: x's 64 rows are the wgmma's M and a
-block's BW rows of W (8 to 128 a consumer, a multiple of 8) its N, so narrow tiles of W fill the GPU without split-K.
-Every check here is mirrored by a ``static_assert``.
+block's BW rows of W (8 to 128 a consumer, a multiple of 8) its N, so narrow tiles of W fill the GPU without split-K;
+with X_AS_M it also computes layout NN (B stored K x N, read N-major in 64-column boxes). Every check here is
+mirrored by a ``static_assert``.
 
 Example::
 
@@ -40,7 +41,7 @@ DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("S
 KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"))
 DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
 DTYPES = ("float16", "bfloat16")
-LAYOUTS = ("NT",)
+LAYOUTS = ("NT", "NN")  # NN (B stored K x N) with X_AS_M only
 BK = 64  # elements of K per stage (one 128-byte swizzle row)
 MBS = (8, 16, 32, 64, 128)  # 128: M up to 128 in one row of blocks (W read once)
 CONSUMER_ROWS = (64, 128)
@@ -205,7 +206,11 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
     if problem.dtype not in DTYPES:
         return f"wgmma_decode computes {', '.join(DTYPES)}, not {problem.dtype}"
     if problem.layout not in LAYOUTS:
-        return f"wgmma_decode computes layout NT (nn.Linear's: B stored N x K), not {problem.layout}"
+        return f"wgmma_decode computes layouts NT (nn.Linear's: B stored N x K) and NN, not {problem.layout}"
+    if problem.layout == "NN":
+        why = check_nn(params, problem)
+        if why:
+            return why
     if problem.K % 8:
         return (
             f"wgmma_decode reads x and W through TMA tensor maps, whose rows must be whole 16 bytes: K = "
@@ -214,6 +219,23 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
     grid = launch(params, problem).grid
     if grid[0] > limits.max_grid_x or grid[1] > limits.max_grid_y:
         return f"the grid {grid[:2]} exceeds the device's; use a larger MB or BW"
+    return None
+
+
+def check_nn(params: Params, problem: Any) -> str | None:
+    """Why this configuration cannot compute a layout NN problem (B stored K x N, N-major), or None: X_AS_M (W's
+    columns the wgmma's N), whole 64-column swizzle atoms of B a consumer, B's rows whole 16 bytes, no SHARE_W."""
+    if not x_as_m(params):
+        return "wgmma_decode computes layout NN (B stored K x N) only with X_AS_M (B's columns the wgmma's N)"
+    if params["BW"] % params["CONSUMERS"] or params["BW"] // params["CONSUMERS"] % 64:
+        return "in layout NN, BW / CONSUMERS must be 64 or 128 (whole 64-column swizzle atoms of B)"
+    if share_w(params) > 1:
+        return "in layout NN, SHARE_W must be 1 (B is copied in whole 64-column boxes)"
+    if problem.N % 8:
+        return (
+            f"in layout NN wgmma_decode reads B through a TMA tensor map, whose rows must be whole 16 bytes: N = "
+            f"{problem.N} is no multiple of 8"
+        )
     return None
 
 
@@ -239,7 +261,8 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
 
 class TensorMaps(LaunchBound):
     """The tensor maps of a launch's x (A: M x K, boxes of 64 K x MB / SHARE_X rows) and W (B stored N x K, boxes of
-    64 K x BW / SHARE_W rows), 128-byte swizzle, made per operand address (a few of each are kept)."""
+    64 K x BW / SHARE_W rows; layout NN: B stored K x N, boxes of 64 columns x 64 K), 128-byte swizzle, made per
+    operand address (a few of each are kept)."""
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem, self.mb, self.bw = problem, params["MB"] // share_x(params), params["BW"] // share_w(params)
@@ -256,8 +279,11 @@ class TensorMaps(LaunchBound):
         if found is None:
             p = self.problem
             dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
-            rows, box_rows = (p.M, self.mb) if which == 0 else (p.N, self.bw)
-            found = tiled_2d(ptr, p.K, rows, p.K * 2, (BK, box_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+            if which == 1 and p.layout == "NN":  # B stored K x N: 64 columns x 64 rows (of K) a box
+                found = tiled_2d(ptr, p.N, p.K, p.N * 2, (64, BK), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+            else:
+                rows, box_rows = (p.M, self.mb) if which == 0 else (p.N, self.bw)
+                found = tiled_2d(ptr, p.K, rows, p.K * 2, (BK, box_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
             if len(cache) >= 8:
                 cache.clear()
             cache[ptr] = found
@@ -308,14 +334,15 @@ class WgmmaDecodeTemplate(GemmTemplate):
 
     def c_abi(self) -> str:
         return (
-            "wgmma_decode (layout NT only): (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float "
-            "beta, float* partial, unsigned* counters, CUtensorMap xmap, CUtensorMap wmap), the scratch sized by "
-            "scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by value "
-            "(__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, 1}, "
-            "CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
-            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW / SHARE_W}. Grid (ceil(ceil(N/BW) "
-            "/ SHARE_X) * SHARE_X * SPLIT_K, ceil(ceil(M/MB) / SHARE_W) * SHARE_W, 1), block 128 * (CONSUMERS + 1) "
-            "threads; with CLUSTER no scratch is used; with CLUSTER, SHARE_X or SHARE_W the kernel carries its "
+            "wgmma_decode (layout NT; NN with X_AS_M): (const T* A, const T* B, T* C, int M, int N, int K, float "
+            "alpha, float beta, float* partial, unsigned* counters, CUtensorMap xmap, CUtensorMap wmap), the scratch "
+            "sized by scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by "
+            "value (__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, "
+            "1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
+            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW / SHARE_W} (layout NN: dims {N, "
+            "K}, stride {N*2}, box {64, 64}). Grid (ceil(ceil(N/BW) / SHARE_X) * SHARE_X * SPLIT_K, ceil(ceil(M/MB) "
+            "/ SHARE_W) * SHARE_W, 1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no scratch is used; with "
+            "CLUSTER, SHARE_X or SHARE_W the kernel carries its "
             "__cluster_dims__."
         )
 

@@ -97,3 +97,25 @@ def test_wgmma_decode_cluster_relaunches_with_alpha_beta(settings, dtype, params
     problem = GEMM.problem([50, 1000, 3000], dtype, "NT")
     errors = _launch_twice(settings, "wgmma_decode", params, problem, alpha=0.75, beta=-1.5)
     assert all(e < tolerance_for(dtype) for e in errors), errors
+
+
+NN_CONFIGS = [
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=12, SPLIT_K=2, X_AS_M=True),  # the global split-K sum
+    dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, SHARE_X=2, X_AS_M=True),  # x multicast to two tiles
+    dict(BW=128, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=3, X_AS_M=True),  # two 64-column atoms in one wgmma
+    dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=1, ROTATE=True, X_AS_M=True),
+]
+# layout NN: N a multiple of 8 (B's rows whole 16 bytes), no multiple of 64 (a box past N) at 1000, 4104 and 264
+NN_SHAPES = [(33, 1000, 1000), (50, 4104, 4088), (64, 4096, 4096), (100, 264, 14344), (1, 8, 8), (8, 4096, 4096),
+             (128, 4104, 72)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("params", NN_CONFIGS, ids=_label)
+def test_wgmma_decode_layout_nn_is_correct_on_odd_shapes(settings, dtype, params):
+    """Layout NN (B stored K x N, a plain row-major matrix) with X_AS_M, then a relaunch with alpha and beta."""
+    _needs_sm90(settings)
+    failures = _wrong_on(settings, "wgmma_decode", dtype, "NN", params, NN_SHAPES)
+    assert not failures, "\n".join(failures)
+    errors = _launch_twice(settings, "wgmma_decode", params, GEMM.problem([50, 1000, 3000], dtype, "NN"), 0.75, -1.5)
+    assert all(e < tolerance_for(dtype) for e in errors), errors

@@ -356,3 +356,62 @@ def test_x_as_m_must_be_a_bool_and_share_w_needs_whole_atoms_of_w():
     assert "X_AS_M must be true or false" in wd.check(dict(WIDE, X_AS_M=1))
     p = dict(BW=8, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=1, SHARE_W=2, X_AS_M=True)
     assert "SHARE_W = 2 needs BW >= 16" in wd.check(p)
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "n"),
+    [
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=12, SPLIT_K=2, X_AS_M=True), "float16", 64),
+        (dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, SHARE_X=2, X_AS_M=True), "bfloat16", 64),
+        (dict(BW=128, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=4, X_AS_M=True), "float16", 128),
+    ],  # fmt: skip
+)
+def test_layout_nn_reads_b_n_major_in_64_column_boxes_and_compiles_for_sm90a_without_spills(params, dtype, n):
+    """Layout NN (B stored K x N) with X_AS_M: B's boxes of 64 columns x 64 K, the wgmma's B N-major (transposed)."""
+    problem = GEMM.problem([16, 4096, 4096], dtype, "NN")
+    assert wd.check(params) is None and wd.check_problem(params, problem) is None
+    r = render("gemm", "wgmma_decode", params, problem)
+    assert r.kernel_name.startswith(f"gemm_wgmma_decode_{'bf16' if dtype == 'bfloat16' else 'f16'}_nn_")
+    assert f"m64n{n}k16" in r.source and "p, 1, 1, 0, 1;" in r.source  # scale-d, scale-a/b, tnspA 0, tnspB 1
+    assert "tma_load_2d(w + b * 8192, &wmap, n0 + 64 * b, kb * BK, full + stage);" in r.source
+    assert "tile_desc<true>(w + c * WGW * 128, j)" in r.source
+    assert_compiles_for_sm90(r)
+
+
+@pytest.mark.parametrize(
+    ("change", "shape", "words"),
+    [
+        (dict(X_AS_M=False), (16, 4096, 4096), ["layout NN", "only with X_AS_M"]),
+        (dict(BW=32), (16, 4096, 4096), ["in layout NN, BW / CONSUMERS must be 64 or 128"]),
+        (dict(BW=128, CONSUMERS=2, SHARE_W=2, SPLIT_K=1), (16, 4096, 4096), ["in layout NN, SHARE_W must be 1"]),
+        (dict(), (16, 4100, 4096), ["N = 4100 is no multiple of 8"]),
+    ],  # fmt: skip
+)
+def test_a_layout_nn_problem_the_template_cannot_compute_is_refused_by_the_check_and_the_template(change, shape, words):
+    from autotune.build.compiler import compile_source
+
+    p = {**dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, X_AS_M=True), **change}
+    problem = GEMM.problem(list(shape), "float16", "NN")
+    reason = wd.check_problem(p, problem)
+    assert reason and all(w in reason for w in words), reason
+    if problem.N % 8 == 0:  # the rest are the template's own static_asserts (an odd N is the tensor map's refusal)
+        r = render("gemm", "wgmma_decode", p, problem)
+        c = compile_source(r.source, r.kernel_name, "sm_90")
+        assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
+
+
+def test_layout_nn_builds_b_s_tensor_map_n_major():
+    """The map of B in layout NN: dims {N, K}, rows N * 2 bytes, boxes of 64 columns x 64 rows of K."""
+    calls = []
+    problem = GEMM.problem([16, 4096, 2048], "float16", "NN")
+    maps = wd.TensorMaps(dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, X_AS_M=True), problem)
+    import autotune.core.tensormap as tm
+
+    real = tm.tiled_2d
+    try:
+        tm.tiled_2d = lambda *args: calls.append(args[1:5]) or object()
+        maps._map(0, 1 << 20)
+        maps._map(1, 2 << 20)
+    finally:
+        tm.tiled_2d = real
+    assert calls == [(2048, 16, 4096, (64, 64)), (4096, 2048, 8192, (64, 64))]
