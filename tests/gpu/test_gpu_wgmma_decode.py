@@ -58,6 +58,8 @@ CONFIGS = [
     dict(BW=16, MB=64, CONSUMERS=2, STAGES=12, SPLIT_K=3, X_AS_M=True),  # m64n8 a consumer, the global sum
     dict(BW=128, MB=64, CONSUMERS=2, STAGES=6, SPLIT_K=1, SHARE_W=2, ROTATE=True, X_AS_M=True),  # padded row groups
     dict(BW=112, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, X_AS_M=True),  # m64n56 a consumer: tiles no power of 2
+    dict(BW=32, MB=64, CONSUMERS=1, STAGES=12, SPLIT_K=3, CLUSTER=True, X_AS_M=True),  # pairs of columns summed
+    dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2, X_AS_M=True),  # clusters of 2 x 2
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW (nor of 8: C's rows not whole 16 bytes); K
 # no multiple of a stage, shorter than the splits, or long (the Llama MLP's down projection)
@@ -85,7 +87,7 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
     assert not failures, "\n".join(failures)
 
 
-RELAUNCHED = (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30, 33, 34, 35)
+RELAUNCHED = (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30, 33, 34, 35, 37, 38)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -104,6 +106,8 @@ NN_CONFIGS = [
     dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, SHARE_X=2, X_AS_M=True),  # x multicast to two tiles
     dict(BW=128, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=3, X_AS_M=True),  # two 64-column atoms in one wgmma
     dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=1, ROTATE=True, X_AS_M=True),
+    dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True, X_AS_M=True),  # K summed in clusters of 8
+    dict(BW=128, MB=64, CONSUMERS=1, STAGES=6, SPLIT_K=4, CLUSTER=True, SHARE_X=2, X_AS_M=True),  # of 4 x 2
 ]
 # layout NN: N a multiple of 8 (B's rows whole 16 bytes), no multiple of 64 (a box past N) at 1000, 4104 and 264
 NN_SHAPES = [(33, 1000, 1000), (50, 4104, 4088), (64, 4096, 4096), (100, 264, 14344), (1, 8, 8), (8, 4096, 4096),

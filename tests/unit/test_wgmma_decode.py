@@ -45,8 +45,8 @@ def test_stored_winners_render_byte_for_byte_with_cluster_absent_or_off():
     entries = [(k, e) for k, e in _stored_decode_entries() if not e["params"].get("CLUSTER", False) and _unshared(e)]
     assert entries, "no stored wgmma_decode entry without CLUSTER to compare against"
     for key, entry in entries:
-        dtype, _, label = key.split(":", 1)[1].split("/")
-        problem = GEMM.problem(label, dtype, "NT")
+        dtype, layout, label = key.split(":", 1)[1].split("/")
+        problem = GEMM.problem(label, dtype, layout)
         params = {k: v for k, v in entry["params"].items() if k != "CLUSTER"}
         assert render("gemm", "wgmma_decode", params, problem).source_hash == entry["source_hash"], key
         off = render("gemm", "wgmma_decode", {**params, "CLUSTER": False, "SHARE_X": 1, "SHARE_W": 1}, problem)
@@ -58,9 +58,9 @@ def test_stored_cluster_winners_render_byte_for_byte_with_sharing_at_1():
     entries = [(k, e) for k, e in _stored_decode_entries() if e["params"].get("CLUSTER", False) and _unshared(e)]
     assert entries, "no stored wgmma_decode entry with CLUSTER to compare against"
     for key, entry in entries:
-        dtype, _, label = key.split(":", 1)[1].split("/")
+        dtype, layout, label = key.split(":", 1)[1].split("/")
         params = {**entry["params"], "SHARE_X": 1, "SHARE_W": 1}
-        r = render("gemm", "wgmma_decode", params, GEMM.problem(label, dtype, "NT"))
+        r = render("gemm", "wgmma_decode", params, GEMM.problem(label, dtype, layout))
         assert r.source_hash == entry["source_hash"] and "share" not in r.kernel_name, key
 
 
@@ -322,6 +322,7 @@ def test_stage_c_must_be_a_bool_and_takes_a_ring_just_large_enough():
         (dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=1, ROTATE=True, X_AS_M=True), "bfloat16", 128),
         (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, SHARE_W=2, X_AS_M=True), "float16", 64),
         (dict(BW=112, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, X_AS_M=True), "bfloat16", 56),  # 14336 = 128 x 112
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=4, CLUSTER=True, X_AS_M=True), "float16", 64),
     ],  # fmt: skip
 )
 def test_x_as_m_makes_x_the_wgmmas_m_and_compiles_for_sm90a_without_spills(params, dtype, n):
@@ -341,7 +342,7 @@ def test_x_as_m_makes_x_the_wgmmas_m_and_compiles_for_sm90a_without_spills(param
     ("change", "words"),
     [
         (dict(MB=32), ["X_AS_M needs MB = 64"]),
-        (dict(SPLIT_K=2, CLUSTER=True), ["X_AS_M", "not CLUSTER"]),
+        (dict(SPLIT_X=True, CONSUMERS=2, BW=64), ["X_AS_M", "not SPLIT_X"]),
         (dict(STAGE_C=True), ["X_AS_M", "STAGE_C"]),
         (dict(BW=36), ["with X_AS_M, BW / CONSUMERS must be a multiple of 8 rows of W from 8 to 128"]),
         (dict(BW=256, STAGES=4), ["with X_AS_M, BW / CONSUMERS must be"]),
@@ -364,6 +365,7 @@ def test_x_as_m_must_be_a_bool_and_share_w_needs_whole_atoms_of_w():
         (dict(BW=64, MB=64, CONSUMERS=1, STAGES=12, SPLIT_K=2, X_AS_M=True), "float16", 64),
         (dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, SHARE_X=2, X_AS_M=True), "bfloat16", 64),
         (dict(BW=128, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=4, X_AS_M=True), "float16", 128),
+        (dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True, X_AS_M=True), "bfloat16", 128),
     ],  # fmt: skip
 )
 def test_layout_nn_reads_b_n_major_in_64_column_boxes_and_compiles_for_sm90a_without_spills(params, dtype, n):
