@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 FULL_SWEEP_ENV = "AUTOTUNE_FULL_SWEEP"
 
@@ -86,3 +86,12 @@ def value_cover(configs: Sequence, full: bool | None = None) -> list:
         chosen.append(best)
         unmet -= pairs[best]
     return [configs[i] for i in sorted(chosen)]
+
+
+def label_cover(good: Mapping[str, Mapping], full: bool | None = None) -> list[str]:
+    """The labels of ``good`` (label -> configuration) whose configurations ``value_cover`` keeps: every parameter
+    value of the list compiled at least once in the CPU tier; with ``full`` (default: ``AUTOTUNE_FULL_SWEEP``, the GPU
+    host's run) every label."""
+    configs = [dict(good[label]) for label in good]
+    kept = {id(c) for c in value_cover(configs, full)}
+    return [label for label, c in zip(good, configs, strict=True) if id(c) in kept]

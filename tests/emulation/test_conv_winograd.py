@@ -19,7 +19,7 @@ from autotune.measure.evaluate import Candidate, Status, TrialResult, render_can
 from autotune.tune.search import result_attrs
 from autotune.tune.spec import load_spec
 from tests.emulation.test_conv import CONV, ROOT, SETTINGS, _emulate
-from tests.sweep import covering, full_sweep, product, share, value_cover
+from tests.sweep import covering, full_sweep, label_cover, product, share, value_cover
 
 D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators
 NP = dict(PIPE=0, MINB=1)
@@ -273,9 +273,11 @@ def _fp16_allowed(label, combo):  # WSTAGE and MMA are fp32 only: test_wstage_is
     return combo[0] == "float32" or not (GOOD[label].get("WSTAGE") or GOOD[label].get("MMA"))
 
 
-# Each configuration in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all of them.
+# The configurations that hold every parameter value, each in one dtype and layout, in turn (tests/sweep.py);
+# AUTOTUNE_FULL_SWEEP=1: every configuration in all of them.
 @pytest.mark.parametrize(
-    ("label", "dtype", "layout"), covering(GOOD, product(["float32", "float16"], ["NCHW", "NHWC"]), _fp16_allowed)
+    ("label", "dtype", "layout"),
+    covering(label_cover(GOOD), product(["float32", "float16"], ["NCHW", "NHWC"]), _fp16_allowed),
 )
 def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)

@@ -25,7 +25,7 @@ from tests.host_cuda import (
     gxx,
     run_split_k_gemm,
 )
-from tests.sweep import share
+from tests.sweep import label_cover, share
 from tests.template_checks import assert_compile_cleanly, assert_refused_twice
 
 LAYOUTS = ("NN", "TN")
@@ -49,8 +49,9 @@ def rendered(p, layout, shape=(64, 4096, 4096)):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_configurations_compile_for_sm90a_without_spills_or_serialization(layout):
-    """Each configuration in one layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in both."""
-    good = {k: GOOD[k] for k in share(GOOD, [(x,) for x in LAYOUTS], (layout,))}
+    """The configurations that hold every parameter value, each in one layout, in turn (tests/sweep.py);
+    AUTOTUNE_FULL_SWEEP=1: every configuration in both."""
+    good = {k: GOOD[k] for k in share(label_cover(GOOD), [(x,) for x in LAYOUTS], (layout,))}
     for label, c in assert_compile_cleanly(wg, rendered, good, layout).items():  # the sources ask for sm_90a
         assert "serialized" not in c.log, f"{label}: ptxas serialized the wgmmas"
 

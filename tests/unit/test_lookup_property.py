@@ -23,7 +23,7 @@ from autotune.results.store import merge
 from autotune.serve import dispatch, runtime
 
 H200 = "nvidia-h200-sm90"
-DRAWS = 400
+DRAWS = 250
 
 
 def size(rng: random.Random, high: int) -> int:

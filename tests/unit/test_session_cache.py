@@ -103,7 +103,7 @@ def test_the_feasible_list_checked_in_parts_is_the_same_list():
     from autotune.tune.search_state import feasible_configs, feasible_in_parallel
     from autotune.tune.spec import load_spec
 
-    spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm.yaml")
+    spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / "gemm_simt.yaml")  # 21,760 feasible
     problem = FAMILIES["gemm"].problem([1000, 1000, 1000], "float32", "NN")
     settings = Settings(arch="sm_80", tolerance=1e-4, max_shared_bytes=163 * 1024)
     serial = feasible_configs(spec, problem, settings)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, product, share, value_cover
+from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, label_cover, product, share, value_cover
 
 COMBOS = product(["float32", "float16"], ["NN", "NT", "TN"])
 
@@ -63,3 +63,12 @@ def test_the_value_cover_meets_every_parameter_value_with_fewer_configurations()
     assert met == {(k, v) for c in configs for k, v in c.items()} and len(chosen) == 4
     assert [configs.index(c) for c in chosen] == sorted(configs.index(c) for c in chosen)
     assert value_cover(configs, full=True) == configs
+
+
+def test_label_cover_keeps_labels_whose_configurations_hold_every_parameter_value():
+    good = {"a": dict(X=1, Y=1), "b": dict(X=1, Y=1), "c": dict(X=2, Y=1), "d": dict(X=1, Y=3), "e": dict(X=2, Y=3)}
+    kept = label_cover(good, full=False)
+    values = {(k, v) for c in good.values() for k, v in c.items()}
+    assert {(k, v) for label in kept for k, v in good[label].items()} == values
+    assert len(kept) < len(good) and kept == [label for label in good if label in kept]  # in the given order
+    assert label_cover(good, full=True) == list(good)
