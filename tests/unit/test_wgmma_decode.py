@@ -356,7 +356,16 @@ def test_an_x_as_m_the_template_cannot_build_is_refused_by_the_check_and_the_tem
 def test_x_as_m_must_be_a_bool_and_share_w_needs_whole_atoms_of_w():
     assert "X_AS_M must be true or false" in wd.check(dict(WIDE, X_AS_M=1))
     p = dict(BW=8, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=1, SHARE_W=2, X_AS_M=True)
-    assert "SHARE_W = 2 needs BW >= 16" in wd.check(p)
+    assert "SHARE_W = 2 needs BW a multiple of 16" in wd.check(p)
+    p = dict(p, BW=24)  # 12 rows a block: its slice of the stage would start mid-atom
+    assert "SHARE_W = 2 needs BW a multiple of 16" in wd.check(p)
+    problem = GEMM.problem([64, 4096, 4096], "float16", "NT")
+    from autotune.build.compiler import compile_source
+
+    r = render("gemm", "wgmma_decode", p, problem)
+    c = compile_source(r.source, r.kernel_name, "sm_90")
+    assert not c.ok and "whole 8-row atoms" in c.error
+    assert wd.check(dict(p, BW=32)) is None
 
 
 @pytest.mark.parametrize(
