@@ -39,7 +39,9 @@ PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "S
 DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False),
                                           ("SPLIT_X", False), ("STAGE_C", False), ("X_AS_M", False))  # fmt: skip
 KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"))
-DESCRIPTION = "sm_90a decode in nn.Linear's layout (NT): W streamed by TMA as the wgmma's M, split-K over blocks"
+DESCRIPTION = (
+    "sm_90a decode in nn.Linear's layout (NT; NN with X_AS_M): W streamed once by TMA, split-K over blocks or a cluster"
+)
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NT", "NN")  # NN (B stored K x N) with X_AS_M only
 BK = 64  # elements of K per stage (one 128-byte swizzle row)
