@@ -176,7 +176,7 @@ def check_sharing(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "SHARE_X and SHARE_W cannot both be above 1 (a group shares one operand)"
     if p["MB"] // x < 8:
         return f"SHARE_X = {x} needs MB >= {8 * x} (each block copies whole 8-row swizzle atoms of x)"
-    if p["BW"] // w < 8 or p["BW"] % (8 * w):  # BW is a multiple of 8 * SHARE_W but with X_AS_M's narrow tiles
+    if p["BW"] // w < 8 or p["BW"] % (8 * w):  # the second can fail only with X_AS_M's narrow tiles
         return f"SHARE_W = {w} needs BW a multiple of {8 * w} (each block copies whole 8-row swizzle atoms of W)"
     if cluster_blocks(p) > limits.cluster_blocks:
         name, v = ("SHARE_X", x) if x > 1 else ("SHARE_W", w)

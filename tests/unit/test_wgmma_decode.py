@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.build.compiler import compile_source
 from autotune.build.templates import render
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels.gemm import GEMM
@@ -358,13 +359,7 @@ def test_x_as_m_must_be_a_bool_and_share_w_needs_whole_atoms_of_w():
     p = dict(BW=8, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=1, SHARE_W=2, X_AS_M=True)
     assert "SHARE_W = 2 needs BW a multiple of 16" in wd.check(p)
     p = dict(p, BW=24)  # 12 rows a block: its slice of the stage would start mid-atom
-    assert "SHARE_W = 2 needs BW a multiple of 16" in wd.check(p)
-    problem = GEMM.problem([64, 4096, 4096], "float16", "NT")
-    from autotune.build.compiler import compile_source
-
-    r = render("gemm", "wgmma_decode", p, problem)
-    c = compile_source(r.source, r.kernel_name, "sm_90")
-    assert not c.ok and "whole 8-row atoms" in c.error
+    assert_refused_twice(wd, lambda q, _layout: rendered(q), p, ["SHARE_W = 2 needs BW a multiple of 16"])
     assert wd.check(dict(p, BW=32)) is None
 
 
@@ -399,8 +394,6 @@ def test_layout_nn_reads_b_n_major_in_64_column_boxes_and_compiles_for_sm90a_wit
     ],  # fmt: skip
 )
 def test_a_layout_nn_problem_the_template_cannot_compute_is_refused_by_the_check_and_the_template(change, shape, words):
-    from autotune.build.compiler import compile_source
-
     p = {**dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, X_AS_M=True), **change}
     problem = GEMM.problem(list(shape), "float16", "NN")
     reason = wd.check_problem(p, problem)
@@ -411,18 +404,12 @@ def test_a_layout_nn_problem_the_template_cannot_compute_is_refused_by_the_check
         assert not c.ok and "static assert" in c.error, f"the template accepted {p}"
 
 
-def test_layout_nn_builds_b_s_tensor_map_n_major():
+def test_layout_nn_builds_b_s_tensor_map_n_major(monkeypatch):
     """The map of B in layout NN: dims {N, K}, rows N * 2 bytes, boxes of 64 columns x 64 rows of K."""
     calls = []
     problem = GEMM.problem([16, 4096, 2048], "float16", "NN")
     maps = wd.TensorMaps(dict(BW=128, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=1, X_AS_M=True), problem)
-    import autotune.core.tensormap as tm
-
-    real = tm.tiled_2d
-    try:
-        tm.tiled_2d = lambda *args: calls.append(args[1:5]) or object()
-        maps._map(0, 1 << 20)
-        maps._map(1, 2 << 20)
-    finally:
-        tm.tiled_2d = real
+    monkeypatch.setattr("autotune.core.tensormap.tiled_2d", lambda *args: calls.append(args[1:5]) or object())
+    maps._map(0, 1 << 20)
+    maps._map(1, 2 << 20)
     assert calls == [(2048, 16, 4096, (64, 64)), (4096, 2048, 8192, (64, 64))]
