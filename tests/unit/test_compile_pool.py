@@ -46,9 +46,9 @@ def test_a_hanging_compile_times_out_and_the_pool_recovers():
 
 
 def _sleepy_compile(source, kernel_name, arch):
-    """bx64 takes 3 s, everything else is immediate."""
+    """bx64 takes 5 s, everything else is immediate (a loaded 2-core CI machine took 2.6 s for an immediate one)."""
     if "bx64" in kernel_name:
-        time.sleep(3)
+        time.sleep(5)
     return fake_compile(source, kernel_name, arch)
 
 
@@ -58,10 +58,10 @@ def test_first_ready_skips_a_slow_compile_at_the_head_of_the_queue():
         keys = [pool.submit(rendered(64, 1)), pool.submit(rendered(16, 16)), pool.submit(rendered(32, 4))]
         t0 = time.monotonic()
         first = pool.first_ready(keys)
-        assert first in (1, 2) and time.monotonic() - t0 < 2.5
+        assert first in (1, 2) and time.monotonic() - t0 < 4.0
         assert pool.result(keys[first]).ok
         assert pool.first_ready([keys[0]]) == 0  # only the slow one left: waits for it
-        assert pool.result(keys[0]).ok and time.monotonic() - t0 >= 2.5
+        assert pool.result(keys[0]).ok and time.monotonic() - t0 >= 4.0
 
 
 def test_first_ready_gives_up_on_a_hung_compile_at_its_deadline():
