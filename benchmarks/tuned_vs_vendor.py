@@ -3,9 +3,11 @@
     python3 benchmarks/tuned_vs_vendor.py [--tuned-dir tuned] [--kernel gemm] [--out benchmarks/results] [--quick]
 
 For every entry of tuned/<this GPU's key>/<kernel>.json: verify the stored configuration again on fresh
-random inputs, time it (L2 flushed, median of many launches) and time cuBLAS on the same shape, then print a
-table and write <out>/<kernel>_<gpu-key>.json and .csv with the GPU, versions and date inside. --quick times
-with the search's short plan (>= 40 ms of repeats) instead of the final one (>= 400 ms): a smoke run, noisier.
+random inputs, then time it and the vendor library on those same inputs in --rounds interleaved rounds (ours,
+the vendor's; the vendor's, ours; ...), each a median of many launches with L2 flushed before each
+(``autotune.measure.versus``); the ratio is the median of the rounds' ratios. Print a table and write
+<out>/<kernel>_<gpu-key>.json and .csv with the GPU, versions and date inside. --quick times with the search's
+short plan (>= 40 ms of repeats) instead of the final one (>= 400 ms, at most 200 launches): a smoke run, noisier.
 Decode GEMMs (layout NT, M <= 64: bound by reading W once) also get their read floor, timed the same way in the
 same process: a plain streaming read of W's bytes from a clean L2 (``read_floor.flushed_ms``), and each side's
 share of it (``pct_floor``: floor time / kernel time).
@@ -30,7 +32,8 @@ from autotune.core.device import current_gpu  # noqa: E402
 from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.measure.bench import L2Flusher  # noqa: E402
-from autotune.measure.evaluate import Candidate, Settings, evaluate, time_vendor  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, prepare  # noqa: E402
+from autotune.measure.versus import ROUNDS, summary, versus  # noqa: E402
 from autotune.results.store import read, tuned_file  # noqa: E402
 from autotune.tune.search import FINAL_PLAN, SEARCH_PLAN  # noqa: E402
 
@@ -60,6 +63,7 @@ def main() -> int:
     ap.add_argument("--kernel", default="gemm")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="time with the search's short plan (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds per entry (default {ROUNDS})")
     args = ap.parse_args()
 
     import cupy
@@ -82,8 +86,9 @@ def main() -> int:
             continue
         settings = Settings(arch=gpu.arch, tolerance=e["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
                             timing=plan)  # fmt: skip
-        r = evaluate(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings, flush)
-        vendor = time_vendor(args.kernel, problem, flush, plan)
+        v = versus(prepare(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings),
+                   settings, flush, rounds=max(1, args.rounds))  # fmt: skip
+        r, vendor = v.result, v.vendor
         ok = r.ok and r.timing is not None
         floor = floor_of(problem, layout, flush, plan)
         if floor:
@@ -91,12 +96,10 @@ def main() -> int:
             floor["vendor_pct_floor"] = 100 * floor["floor_ms"] / vendor[1].median_ms if vendor else None
         rows.append({
             "dtype": dtype, "layout": layout, "shape": label, "kernel": r.kernel_name, "status": r.status.value,
-            "rel_error": r.error, "ms": r.timing.median_ms if ok else None,
+            "rel_error": r.error, **summary(v),
             "iqr_pct": 100 * r.timing.spread if ok else None, "tflops": r.tflops, "tbps": r.gbps / 1e3 if ok else None,
-            "vendor": vendor[0] if vendor else None, "vendor_ms": vendor[1].median_ms if vendor else None,
             "vendor_tflops": problem.flops / vendor[1].median_ms / 1e9 if vendor else None,
             "vendor_tbps": problem.bytes / vendor[1].median_ms / 1e9 if vendor else None,
-            "x_vendor": vendor[1].median_ms / r.timing.median_ms if ok and vendor else None,
             "stored_x_vendor": e.get("vendor_ratio"), **floor,
         })  # fmt: skip
     if not rows:
@@ -113,8 +116,10 @@ def main() -> int:
             "torch": getattr(sys.modules.get("torch"), "__version__", None),  # the vendor for conv2d and bf16
         },  # fmt: skip
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "method": "fresh random normal inputs verified against float64; CUDA events, L2 flushed before each "
-        f"launch, median of repeats filling >= {plan.target_ms:g} ms; vendor timed the same way in the same process",
+        "method": "fresh random normal inputs verified against float64; ours and the vendor on those same inputs "
+        f"in {max(1, args.rounds)} interleaved rounds, each the median of repeats filling >= {plan.target_ms:g} ms "
+        f"(at most {plan.max_repeats}) of CUDA-event-timed launches with L2 flushed before each; ms: the median "
+        "round's, x_vendor: the median of the rounds' ratios",
         "quick": args.quick,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -264,35 +264,11 @@ def measure(
     c: Compiled, settings: Settings, flush: L2Flusher | None = None, fixture: Fixture | None = None
 ) -> TrialResult:
     """Verify against the fixture (fresh random inputs when none is given), then time. GPU required."""
-    import cupy as cp
-    from cupy_backends.cuda.api.driver import CUDADriverError
-
-    if c.status is not None:
-        return _result(c, c.status, c.reason)
-    assert c.compiled is not None
-    cand = c.candidate
-    family = FAMILIES[cand.kernel]
-    problem = cand.problem
-    params = cand.config.as_dict()
-    launch = family.launch(cand.template, params, problem)
-    if fixture is None or fixture.problem != problem:
-        fixture = make_fixture(cand.kernel, problem, seed=settings.seed * 1_000_003 + next(_seeds))
-    try:
-        fn = load_kernel(c.compiled, launch.shared_bytes)
-        out = family.new_output(problem)
-        scratch = family.new_scratch(cand.template, cand.config.as_dict(), problem)
-        args = family.kernel_args(problem, fixture.inputs, out, scratch=scratch)
-        verify.poison(out)
-        step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch) if launch.before else ()
-        run = _runner(c.compiled, launch, fn, args, step_args)
-        run()
-        cp.cuda.Device().synchronize()
-    except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
-        return _result(c, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
-    verdict = verify.compare(family.decode(problem, out), fixture.reference, settings.tolerance)
-    shared = launch.shared_bytes + (c.compiled.static_smem or 0)
-    if not verdict.ok:
-        return _result(c, Status.VERIFY_FAILED, verdict.reason, error=verdict.error, shared_bytes=shared)
+    checked = verified_run(c, settings, fixture)
+    if isinstance(checked, TrialResult):
+        return checked
+    run, _, verdict, shared = checked
+    problem = c.candidate.problem
     timing = time_launches(run, flush or L2Flusher(), settings.timing, settings.abort_above_ms)
     seconds = timing.median_ms / 1e3
     status, reason = Status.COMPLETE, None
@@ -312,6 +288,44 @@ def measure(
         shared_bytes=shared,
         **energy,
     )
+
+
+def verified_run(
+    c: Compiled, settings: Settings, fixture: Fixture | None = None
+) -> tuple[Callable[[], None], Fixture, verify.Verdict, int] | TrialResult:
+    """``(run, fixture, verdict, shared bytes)``: one launch of the candidate as a call, after one launch on the
+    fixture's inputs (fresh random ones when none is given) verified against its float64 reference; or the
+    TrialResult that says why there is none (not compiled, failed to launch, wrong). GPU required."""
+    import cupy as cp
+    from cupy_backends.cuda.api.driver import CUDADriverError
+
+    if c.status is not None:
+        return _result(c, c.status, c.reason)
+    assert c.compiled is not None
+    cand = c.candidate
+    family = FAMILIES[cand.kernel]
+    problem = cand.problem
+    params = cand.config.as_dict()
+    launch = family.launch(cand.template, params, problem)
+    if fixture is None or fixture.problem != problem:
+        fixture = make_fixture(cand.kernel, problem, seed=settings.seed * 1_000_003 + next(_seeds))
+    try:
+        fn = load_kernel(c.compiled, launch.shared_bytes)
+        out = family.new_output(problem)
+        scratch = family.new_scratch(cand.template, params, problem)
+        args = family.kernel_args(problem, fixture.inputs, out, scratch=scratch)
+        verify.poison(out)
+        step_args = family.before_args(cand.template, params, problem, fixture.inputs, scratch) if launch.before else ()
+        run = _runner(c.compiled, launch, fn, args, step_args)
+        run()
+        cp.cuda.Device().synchronize()
+    except (CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
+        return _result(c, Status.LAUNCH_FAILED, str(exc).splitlines()[0][:200])
+    verdict = verify.compare(family.decode(problem, out), fixture.reference, settings.tolerance)
+    shared = launch.shared_bytes + (c.compiled.static_smem or 0)
+    if not verdict.ok:
+        return _result(c, Status.VERIFY_FAILED, verdict.reason, error=verdict.error, shared_bytes=shared)
+    return run, fixture, verdict, shared
 
 
 def _runner(compiled: CompileResult, launch: Any, fn: Any, args: tuple[Any, ...],

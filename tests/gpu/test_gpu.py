@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,32 @@ def test_a_wrong_kernel_fails_verification(settings):
     c = finish(c, compile_source(broken, c.kernel_name, settings.arch))
     r = measure(c, settings)
     assert r.status is Status.VERIFY_FAILED and "NaN" in r.reason
+
+
+def test_versus_times_a_verified_kernel_and_cublas_in_interleaved_rounds_on_the_same_inputs(settings):
+    from autotune.measure.bench import TimingPlan
+    from autotune.measure.evaluate import prepare
+    from autotune.measure.versus import versus
+
+    problem = FAMILIES["gemm"].problem([384, 320, 200], "float32")
+    quick = replace(settings, timing=TimingPlan(warmup=1, min_repeats=5, max_repeats=20, target_ms=5.0))
+    v = versus(prepare(Candidate("gemm", "simt", problem, Config.of(SIMT[0])), quick), quick, rounds=3)
+    assert v.result.status is Status.COMPLETE and v.result.error < 1e-5
+    assert v.vendor is not None and v.vendor[0] == "cuBLAS" and len(v.rounds) == 3
+    ours = sorted(o for o, _ in v.rounds)
+    assert v.result.timing.median_ms == ours[1] and all(o > 0 and t > 0 for o, t in v.rounds)
+    assert v.ratio == sorted(t / o for o, t in v.rounds)[1]
+
+
+def test_versus_times_nothing_for_a_wrong_kernel(settings):
+    from autotune.build.compiler import compile_source
+    from autotune.measure.versus import versus
+
+    problem = FAMILIES["gemm"].problem([129, 64, 32], "float32")
+    c = render_candidate(Candidate("gemm", "naive", problem, Config.of(dict(BX=16, BY=16))), settings)
+    broken = c.source.replace("if (row >= M || col >= N) return;", "if (row >= M - 1 || col >= N) return;")
+    v = versus(finish(c, compile_source(broken, c.kernel_name, settings.arch)), settings)
+    assert v.result.status is Status.VERIFY_FAILED and v.rounds == () and v.ratio is None and v.vendor is None
 
 
 def test_a_short_real_run_stores_a_verified_winner(tmp_path, capsys):
