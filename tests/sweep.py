@@ -95,3 +95,19 @@ def label_cover(good: Mapping[str, Mapping], full: bool | None = None) -> list[s
     configs = [dict(good[label]) for label in good]
     kept = {id(c) for c in value_cover(configs, full)}
     return [label for label, c in zip(good, configs, strict=True) if id(c) in kept]
+
+
+def full_only(cases: Iterable) -> list:
+    """``cases`` in the full sweep (``AUTOTUNE_FULL_SWEEP=1``, the GPU host's run), none in the CPU tier: cases whose
+    code path the CPU tier's other cases of the same list already run (the same path in another dtype, layout or
+    configuration, another seed of a random draw)."""
+    return list(cases) if full_sweep() else []
+
+
+def case_cover(cases: Sequence, facets: Callable[..., Mapping], full: bool | None = None) -> list:
+    """The cases (in the given order) whose facets (``facets(case)``: a mapping such as a configuration's parameters,
+    the layout, whether the shape is aligned) ``value_cover`` keeps: every facet value of the list met at least once in
+    the CPU tier; with ``full`` (default: ``AUTOTUNE_FULL_SWEEP``) every case."""
+    configs = [dict(facets(case)) for case in cases]
+    kept = {id(c) for c in value_cover(configs, full)}
+    return [case for case, c in zip(cases, configs, strict=True) if id(c) in kept]

@@ -7,7 +7,17 @@ import itertools
 
 import pytest
 
-from tests.sweep import FULL_SWEEP_ENV, covering, full_sweep, label_cover, product, share, value_cover
+from tests.sweep import (
+    FULL_SWEEP_ENV,
+    case_cover,
+    covering,
+    full_only,
+    full_sweep,
+    label_cover,
+    product,
+    share,
+    value_cover,
+)
 
 COMBOS = product(["float32", "float16"], ["NN", "NT", "TN"])
 
@@ -72,3 +82,19 @@ def test_label_cover_keeps_labels_whose_configurations_hold_every_parameter_valu
     assert {(k, v) for label in kept for k, v in good[label].items()} == values
     assert len(kept) < len(good) and kept == [label for label in good if label in kept]  # in the given order
     assert label_cover(good, full=True) == list(good)
+
+
+def test_full_only_cases_run_in_the_full_sweep_alone(monkeypatch):
+    monkeypatch.setenv(FULL_SWEEP_ENV, "1")
+    assert full_only([("a", 1), ("b", 2)]) == [("a", 1), ("b", 2)]
+    monkeypatch.delenv(FULL_SWEEP_ENV)
+    assert full_only([("a", 1), ("b", 2)]) == []
+
+
+def test_the_case_cover_meets_every_facet_value_and_keeps_the_order():
+    cases = [(dict(X=x, Y=y), layout) for x in (1, 2) for y in (8, 16) for layout in ("NN", "TT")]
+    kept = case_cover(cases, lambda c: {**c[0], "layout": c[1]}, full=False)
+    assert len(kept) < len(cases) and kept == [c for c in cases if c in kept]
+    assert {c[0]["X"] for c in kept} == {1, 2} and {c[0]["Y"] for c in kept} == {8, 16}
+    assert {c[1] for c in kept} == {"NN", "TT"}
+    assert case_cover(cases, lambda c: {**c[0], "layout": c[1]}, full=True) == cases
