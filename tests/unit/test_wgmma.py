@@ -12,6 +12,7 @@ from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels import gemm_wgmma_tf32x3 as wt
 from autotune.kernels.gemm import GEMM
+from tests.sweep import case_cover
 from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
 GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
@@ -150,25 +151,36 @@ def rendered_tf32x3(p, layout="NN", shape=(4096, 4096, 4096)):
     return render("gemm", "wgmma_tf32x3", p, GEMM.problem(list(shape), "float32", layout))
 
 
-@pytest.mark.parametrize(
-    ("params", "layout", "shape"),
-    [
-        (TF32X3, "NN", (4096, 4096, 4096)),
-        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4), "NT", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
-        (dict(TF32X3, SPLIT_K=4), "NN", (128, 4096, 4096)),
-        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=2), "NT", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4, SPLIT_K=3), "NT", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4), "NN", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4, SPLIT_K=32), "TT", (1000, 1000, 1000)),
-        (dict(TF32X3, CONSUMERS=1, PREFETCH=True), "NN", (4096, 4096, 4096)),
-        (dict(TF32X3, PREFETCH=True), "NN", (4096, 4096, 4096)),  # setmaxnreg: the producer at 184 registers
-        (dict(TF32X3, SPLIT_K=3, PREFETCH=True), "TT", (4095, 4097, 4093)),
-        (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=4, PREFETCH=True), "TN", (128, 4096, 4096)),
-        (dict(TF32X3, BN=64, SPLIT_K=2, PREFETCH=True), "NT", (4095, 4097, 4093)),
-        (dict(TF32X3, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True), "TT", (1000, 1000, 1000)),
-    ],  # fmt: skip
-)
+TF32X3_COMPILED = [
+    (TF32X3, "NN", (4096, 4096, 4096)),
+    (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4), "NT", (4095, 4097, 4093)),
+    (dict(TF32X3, BN=64, CONSUMERS=1, STAGES=4, ROUND=64), "TT", (129, 63, 1000)),
+    (dict(TF32X3, SPLIT_K=4), "NN", (128, 4096, 4096)),
+    (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=2), "NT", (4095, 4097, 4093)),
+    (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4, SPLIT_K=3), "NT", (4095, 4097, 4093)),
+    (dict(TF32X3, BN=64, PRODUCERS=2, STAGES=4), "NN", (4095, 4097, 4093)),
+    (dict(TF32X3, BN=64, PRODUCERS=3, CONSUMERS=1, STAGES=4, SPLIT_K=32), "TT", (1000, 1000, 1000)),
+    (dict(TF32X3, CONSUMERS=1, PREFETCH=True), "NN", (4096, 4096, 4096)),
+    (dict(TF32X3, PREFETCH=True), "NN", (4096, 4096, 4096)),  # setmaxnreg: the producer at 184 registers
+    (dict(TF32X3, SPLIT_K=3, PREFETCH=True), "TT", (4095, 4097, 4093)),
+    (dict(TF32X3, PRODUCERS=2, CONSUMERS=1, STAGES=4, SPLIT_K=4, PREFETCH=True), "TN", (128, 4096, 4096)),
+    (dict(TF32X3, BN=64, SPLIT_K=2, PREFETCH=True), "NT", (4095, 4097, 4093)),
+    (dict(TF32X3, BN=64, PRODUCERS=2, CONSUMERS=1, STAGES=4, PREFETCH=True), "TT", (1000, 1000, 1000)),
+]  # fmt: skip
+
+
+def _tf32x3_facets(case):
+    """What a case exercises: its parameters, layout, 16-byte loads or scalar ones, and the register split the test
+    asserts (four warpgroups: 128 a thread; PREFETCH of wide tiles: 168; else none)."""
+    p, layout, shape = case
+    warpgroups = p["PRODUCERS"] + p["CONSUMERS"]
+    split = 128 if warpgroups == 4 else 168 if p["PREFETCH"] and 64 * p["CONSUMERS"] + p["BN"] > 192 else None
+    return {**p, "layout": layout, "aligned": all(x % 4 == 0 for x in shape[1:]), "register_split": split}
+
+
+# The cases that hold every parameter value, layout, alignment and register split (tests/sweep.py: 7 of 14);
+# AUTOTUNE_FULL_SWEEP=1: all of them.
+@pytest.mark.parametrize(("params", "layout", "shape"), case_cover(TF32X3_COMPILED, _tf32x3_facets))
 def test_tf32x3_compiles_for_sm90a_without_spills_or_serialization(params, layout, shape):
     """Aligned and misaligned variants (16-byte loads or scalar ones) in every layout, with and without split-K
     and PREFETCH (two stages of loads a producer thread). Four warpgroups, and PREFETCH of 128 x 128 tiles, move
