@@ -19,7 +19,7 @@ from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_mma as mm
 from autotune.measure.evaluate import Candidate, Settings, render_candidate
 from tests.host_cuda import HEADER, MMA_PTX, build, gxx
-from tests.sweep import covering, product
+from tests.sweep import covering, full_sweep, product
 
 GEMM = FAMILIES["gemm"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -165,13 +165,14 @@ def test_compiles_for_sm90_without_spills(label, dtype, layout):
     assert "mma.sync" not in c.source or "ldmatrix" in c.source
 
 
-# Every dtype and layout, each with one of the two configurations in turn; AUTOTUNE_FULL_SWEEP=1: both in each.
+# The first four combinations (every dtype and every layout: tests/sweep.product), each with one of the two
+# configurations in turn; AUTOTUNE_FULL_SWEEP=1: every dtype and layout, with both configurations in each.
+PACKED_COMBOS = product(["float16", "bfloat16"], LAYOUTS)[: None if full_sweep() else 4]
+
+
 @pytest.mark.parametrize(
     ("dtype", "layout", "label"),
-    [
-        (*combo, label)
-        for combo, label in covering(product(["float16", "bfloat16"], LAYOUTS), [("128x256x32s4",), ("64x64x16s2",)])
-    ],  # fmt: skip
+    [(*combo, label) for combo, label in covering(PACKED_COMBOS, [("128x256x32s4",), ("64x64x16s2",)])],
 )
 def test_packed_variants_compile_for_sm90_without_spills_in_either_kernel(dtype, layout, label):
     from autotune.measure.evaluate import kernel_resources

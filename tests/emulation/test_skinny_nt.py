@@ -20,7 +20,7 @@ from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_skinny_nt as nt
 from autotune.kernels.base import Launch
 from tests.host_cuda import HEADER, MMA_PTX, SPLIT_K_GEMM_MAIN, build, gxx
-from tests.sweep import covering, product
+from tests.sweep import covering, full_only, product
 
 DTYPES = ("float32", "float16", "bfloat16")
 GEMM = FAMILIES["gemm"]
@@ -301,19 +301,23 @@ EMULATED = [
     ("m4", "float32", "NT", (3, 41, 512), 1.5, 0.0, 0),  # fp32 VEC 8: two 16-byte loads; M < MT
     ("m4", "float16", "NT", (3, 17, 512), 1.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
     ("m16_split", "float32", "NT", (16, 13, 515), 1.0, 0.25, 1),  # split-K 3, odd K, unaligned W, a partial N tile
-    ("m16_split", "float16", "TT", (16, 9, 260), 1.0, -1.0, 0),  # A stored K x M, a last N tile of one column
     ("scalar", "bfloat16", "TT", (3, 5, 7), 1.0, -1.0, 1),  # empty split-K slice, tiny shape
     ("vec2_wide", "bfloat16", "NT", (3, 11, 334), 2.0, 0.0, 0),  # R 1, four warps along N
     ("big", "float16", "NT", (16, 9, 2048), 0.5, 0.0, 0),  # R 8, eight warps along K, split-K 2, N tile of one column
     ("prefetch", "float32", "NT", (5, 7, 3001), 1.0, 0.5, 0),  # several passes per warp, the last one partial
-    ("prefetch", "bfloat16", "TT", (4, 9, 4100), 1.0, 0.0, 0),  # three passes, A stored K x M
     ("mma16", "float16", "NT", (1, 37, 1000), 1.0, 0.0, 0),  # tensor cores, one row of A, 16-byte loads
-    ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
     ("mma_split", "float16", "TT", (35, 29, 300), 1.0, -1.0, 0),  # two row groups, A stored K x M, split-K 3
     ("mma_split", "bfloat16", "NT", (3, 41, 2048), 2.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
     ("default16", "float16", "NT", (9, 20, 1536), 1.0, 0.0, 0),  # two passes per warp with PREFETCH
     ("default64", "bfloat16", "NT", (64, 33, 1024), 1.0, 0.0, 0),
-]
+    # AUTOTUNE_FULL_SWEEP=1 only (tests/sweep.py): the CPU tier runs these paths above, in other dtypes or configurations
+    # (A stored K x M: scalar, mma_split; several passes: prefetch fp32; the mma K-odd fallback: mma_split's W)
+    *full_only([
+        ("m16_split", "float16", "TT", (16, 9, 260), 1.0, -1.0, 0),  # A stored K x M, a last N tile of one column
+        ("prefetch", "bfloat16", "TT", (4, 9, 4100), 1.0, 0.0, 0),  # three passes, A stored K x M
+        ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
+    ]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("label,dtype,layout,shape,alpha,beta,b_offset", EMULATED)
