@@ -7,7 +7,9 @@ run" used by compare tests is cut from it here, never invented.
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
+import io
 import math
 import os
 import re
@@ -64,9 +66,29 @@ def df():
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report")
-    return report.write_report(JOURNAL, out, tuned_dir=TUNED), out
+def cli_made(tmp_path_factory):
+    """``autotune report`` with the tuned dir, run once for the tests of the command and of the report it writes
+    (a report costs seconds): its exit code, what it printed, the Report that write_report gave it, the folder."""
+    from autotune.report import commands
+
+    out, reports = tmp_path_factory.mktemp("report") / "r", []
+
+    def keep(*args, **kwargs):
+        reports.append(write(*args, **kwargs))
+        return reports[-1]
+
+    write = commands.write_report
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()) as printed:
+        mp.setattr(commands, "write_report", keep)
+        code = main(["report", str(JOURNAL), "--tuned-dir", str(TUNED), "--out", str(out)])
+    assert len(reports) == 1
+    return code, printed.getvalue(), reports[0], out
+
+
+@pytest.fixture(scope="module")
+def made(cli_made):
+    _, _, rep, out = cli_made
+    return rep, out
 
 
 @pytest.fixture(scope="module")
@@ -438,12 +460,12 @@ def test_missing_matplotlib_is_one_sentence_naming_the_extra(monkeypatch, tmp_pa
 # --- the command line ----------------------------------------------------------------------------------------
 
 
-def test_cli_report_prints_the_tables_and_writes_the_files(tmp_path, capsys):
-    assert main(["report", str(JOURNAL), "--tuned-dir", str(TUNED), "--out", str(tmp_path / "r")]) == 0
-    out = capsys.readouterr().out
+def test_cli_report_prints_the_tables_and_writes_the_files(cli_made):
+    code, out, _, folder = cli_made
+    assert code == 0
     assert "Best per shape" in out and "Trial outcomes per shape" in out and "x vendor" in out
     assert "gemm_simt_bm128_bn256_bk16_wm64_wn64_wniter4_tm8_tn4_vec4_pad4_dbuf1" in out
-    assert {p.name for p in (tmp_path / "r").iterdir()} >= {"trials.csv", "best.csv", "report.md", "report.html"}
+    assert {p.name for p in folder.iterdir()} >= {"trials.csv", "best.csv", "report.md", "report.html"}
 
 
 def test_cli_compare_prints_ratios_and_writes_csv_and_markdown(tmp_path, capsys):
