@@ -20,7 +20,7 @@ from autotune.measure.evaluate import Candidate, Settings, render_candidate, sta
 from autotune.tune.spec import load_spec, parse_spec
 from tests.emulation.test_conv import run_emulated
 from tests.host_cuda import HEADER, gxx
-from tests.sweep import covering, product, value_cover
+from tests.sweep import covering, full_only, product, value_cover
 
 ROOT = Path(__file__).resolve().parents[2]
 CONV = FAMILIES["conv2d"]
@@ -230,9 +230,10 @@ EMULATED = [
     ("small", [2, 17, 13, 11, 9, 5, 5, 1, 2], "float16", "NCHW"),
     ("narrow_n", [2, 20, 9, 9, 33, 1, 1, 1, 0], "float16", "NHWC"),  # 1x1, vectors of 4
     ("deep", [1, 3, 19, 17, 16, 7, 7, 2, 3], "float32", "NCHW"),  # 7x7 stride 2 pad 3
-    ("deep", [1, 8, 19, 17, 16, 7, 7, 2, 3], "float32", "NHWC"),
     ("tiny", [1, 12, 10, 12, 7, 3, 3, 3, 0], "float16", "NHWC"),  # stride 3, no padding, C % 4 == 0
     ("mid", [1, 5, 6, 6, 7, 6, 4, 1, 0], "float32", "NCHW"),  # even, non-square filter, KG % 4 == 0
+    # AUTOTUNE_FULL_SWEEP=1 only (tests/sweep.py): the 7x7 stride-2 filter in NHWC (NCHW above; NHWC in the others)
+    *full_only([("deep", [1, 8, 19, 17, 16, 7, 7, 2, 3], "float32", "NHWC")]),
 ]
 
 
@@ -341,9 +342,10 @@ WMMA_EMULATED = [
     # config, shape [N, C, H, W, K, R, S, stride, pad], layout
     ("small", [2, 16, 9, 7, 20, 3, 3, 1, 1], "NHWC"),  # cp.async, zero-filled padding, K and M tails
     ("small", [1, 3, 11, 9, 5, 7, 7, 2, 3], "NHWC"),  # odd C: register gathers across taps; odd K: scalar stores
-    ("small", [2, 17, 13, 11, 9, 5, 5, 1, 2], "NCHW"),
     ("small", [1, 8, 10, 12, 7, 3, 3, 3, 0], "NCHW"),  # C*R*S % 8 == 0: w by cp.async, x gathered
     ("wide", [1, 24, 6, 7, 40, 1, 1, 1, 0], "NHWC"),  # 1x1, BK = 64 past C*R*S = 24, 4 stages
+    # AUTOTUNE_FULL_SWEEP=1 only (tests/sweep.py): odd C in NCHW (odd C: the NHWC case; NCHW: the stride-3 case)
+    *full_only([("small", [2, 17, 13, 11, 9, 5, 5, 1, 2], "NCHW")]),
 ]
 
 
