@@ -49,4 +49,3 @@ def test_a_candidate_refused_before_the_gpu_is_returned_with_its_reason_and_noth
 def test_rounds_must_be_at_least_one():
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         versus(compiled(64), SETTINGS, rounds=0)
-
