@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from .report import report_command
 
-            return report_command(args.source, args.tuned_dir, args.out)
+            return report_command(args.source, args.tuned_dir, args.out, plots=not args.no_plots)
         if args.command == "compare":
             from .report import compare_command
 

@@ -143,13 +143,16 @@ def _report_parsers(sub: Any) -> None:
         "report",
         help="tables, CSV, Markdown and one HTML page of plots from a run's studies",
         description="Report on every trial of a run: best per shape, outcomes, search progress, parameter\n"
-        "importance, parameters vs TFLOP/s, a roofline and speedup vs cuBLAS. Plots need autotune[report].",
-        epilog="example:\n  autotune report runs/gemm --tuned-dir tuned --out report/",
+        "importance, parameters vs TFLOP/s, a roofline and speedup vs cuBLAS. Plots need autotune[report];\n"
+        "--no-plots writes the tables and notes alone, in a fraction of the time, without matplotlib.",
+        epilog="examples:\n  autotune report runs/gemm --tuned-dir tuned --out report/\n"
+        "  autotune report runs/gemm --no-plots",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("source", help="a study journal, a runs/ directory (every *.journal in it) or a storage URL")
     report.add_argument("--tuned-dir", type=Path, metavar="DIR", help="tuned/ results: cuBLAS times and winners")
     report.add_argument("--out", type=Path, default=Path("report"), metavar="DIR", help="output folder (report/)")
+    report.add_argument("--no-plots", action="store_true", help="tables, CSV and notes only: no plot is drawn")
     compare = sub.add_parser(
         "compare",
         help="two runs, two GPUs' tuned results or two configurations, side by side per shape (B over A)",

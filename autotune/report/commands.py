@@ -13,17 +13,22 @@ from .tables import best_display, markdown_table, status_display, text
 
 
 def report_command(
-    source: str, tuned_dir: Path | None, out: Path, ceilings: Mapping[str, Any] | str | Path | None = None
+    source: str,
+    tuned_dir: Path | None,
+    out: Path,
+    ceilings: Mapping[str, Any] | str | Path | None = None,
+    plots: bool = True,
 ) -> int:
     """``autotune report``: print the tables, write the files, say where they are."""
-    rep = write_report(source, out, tuned_dir=tuned_dir, ceilings=ceilings)
+    rep = write_report(source, out, tuned_dir=tuned_dir, ceilings=ceilings, plots=plots)
     print("Best per shape")
     print(text(best_display(rep.best)))
     print("\nTrial outcomes per shape")
     print(text(status_display(rep.statuses)))
     for note in rep.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"\nwrote {', '.join(str(p) for p in rep.files)} ({len(rep.plots)} plots in report.html)")
+    drawn = f"{len(rep.plots)} plots in report.html" if plots else "no plots: --no-plots"
+    print(f"\nwrote {', '.join(str(p) for p in rep.files)} ({drawn})")
     return 0
 
 

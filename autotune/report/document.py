@@ -35,9 +35,10 @@ class Report:
 class _Page:
     """The blocks of the page being made; plots drawn or skipped are recorded in the Report."""
 
-    def __init__(self, rep: Report) -> None:
+    def __init__(self, rep: Report, draw: bool = True) -> None:
         self.rep = rep
         self.blocks: list[Block] = []
+        self.draw = draw  # False: the tables and notes only (write_report's plots=False)
 
     def add(self, kind: str, value: Any) -> None:
         self.blocks.append((kind, value))
@@ -47,6 +48,8 @@ class _Page:
         self.blocks.append(("note", text))
 
     def plot(self, title: str, draw: Callable[[], Any]) -> None:
+        if not self.draw:
+            return
         try:
             fig = draw()
         except PlotSkipped as exc:
@@ -62,19 +65,24 @@ def write_report(
     *,
     tuned_dir: str | Path | None = None,
     ceilings: Mapping[str, Any] | str | Path | None = None,
+    plots: bool = True,
 ) -> Report:
     """Write trials.csv, best.csv (best per shape), tuned.csv (with ``tuned_dir``), report.md, report.html.
 
     report.html is one self-contained page: tables and every plot as an embedded PNG (data URI).
-    ``ceilings``: the roofline's, as :func:`trials` takes them (see ``report.roofline``).
+    ``ceilings``: the roofline's, as :func:`trials` takes them (see ``report.roofline``). ``plots=False``: the
+    tables and notes without a plot (seconds faster; matplotlib not needed).
     """
-    require_matplotlib()
+    if plots:
+        require_matplotlib()
     studies = load_studies(source)
     ceiling_of = ceiling_lookup(ceilings)
     tuned = best(tuned_dir, ceilings=ceilings) if tuned_dir is not None else None
     df = trials_frame(studies, ceiling_of, vendor_lookup(tuned_dir, None))
     rep = Report(df, best_per_shape(df), status_counts(df), tuned)
-    pg = _Page(rep)
+    pg = _Page(rep, draw=plots)
+    if not plots:
+        pg.note("Plots: not drawn (plots=False, autotune report --no-plots)")
     _search_sections(pg, df, studies)
     _roofline_section(pg, df, ceiling_of)
     _energy_section(pg, df)

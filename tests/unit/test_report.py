@@ -220,7 +220,7 @@ def test_measured_ceilings_files_apply_to_their_gpu_and_dtypes_only(tmp_path, mo
     same = report.trials(tmp_path / "runs", ceilings=file)  # a file given explicitly, from anywhere
     assert same["roofline_fraction"].equals(df["roofline_fraction"])
     assert report.trials(JOURNAL, ceilings=results)["roofline_fraction"].isna().all()  # "recorded" is no GPU key
-    rep = report.write_report(tmp_path / "runs", tmp_path / "out", ceilings=results)
+    rep = report.write_report(tmp_path / "runs", tmp_path / "out", ceilings=results, plots=False)  # notes: no plot
     page = (tmp_path / "out" / "report.html").read_text()
     assert f"float32 peak 40.0 TFLOP/s, bandwidth 3.0 TB/s (from {file})" in page
     assert [n for n in rep.notes if "no measured ceiling" in n] == [
@@ -455,6 +455,21 @@ def test_missing_matplotlib_is_one_sentence_naming_the_extra(monkeypatch, tmp_pa
     assert main(["report", str(JOURNAL), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("autotune: error:") and "autotune[report]" in err[0]
+
+
+def test_without_plots_the_report_needs_no_matplotlib_and_keeps_its_tables_and_notes(monkeypatch, tmp_path, capsys,
+                                                                                     made):  # fmt: skip
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    rep = report.write_report(JOURNAL, tmp_path / "out", tuned_dir=TUNED, plots=False)
+    full, folder = made
+    assert rep.plots == [] and "Plots: not drawn (plots=False, autotune report --no-plots)" in rep.notes
+    assert rep.best.equals(full.best) and [p.name for p in rep.files] == [p.name for p in full.files]
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert embedded_pngs(page) == [] and len(embedded_pngs((folder / "report.html").read_text())) == len(full.plots)
+    assert (tmp_path / "out" / "trials.csv").read_text() == (folder / "trials.csv").read_text()
+    assert main(["report", str(JOURNAL), "--no-plots", "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert "Best per shape" in out and "(no plots: --no-plots)" in out
 
 
 # --- the command line ----------------------------------------------------------------------------------------
