@@ -157,7 +157,7 @@ def flushed_ms(a: Any, flush: Any, plan: Any, pick_plan: Any = None) -> tuple[fl
 
     expected = word_sum(a)
     timed, verified = [], True
-    for launch, sums in _flushed_launches(a):
+    for launch, sums in flushed_launches(a):
         launch()
         verified = verified and int(sums.get()[0]) == expected
         timed.append((time_launches(launch, flush, pick_plan or plan).median_ms, launch))
@@ -165,7 +165,7 @@ def flushed_ms(a: Any, flush: Any, plan: Any, pick_plan: Any = None) -> tuple[fl
     return (time_launches(launch, flush, plan).median_ms if pick_plan else best), verified
 
 
-def _flushed_launches(a: Any) -> list[tuple[Any, Any]]:
+def flushed_launches(a: Any) -> list[tuple[Any, Any]]:
     """(launch, its word-sum cell) per variant that this GPU runs; each launch adds its sum into the cell."""
     import cupy as cp
 

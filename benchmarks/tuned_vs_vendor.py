@@ -57,13 +57,20 @@ def floor_of(problem: Any, layout: str, flush: Any, plan: Any) -> dict[str, Any]
     return {"floor_ms": ms, "floor_verified": verified}
 
 
+def rounds_arg(text: str) -> int:
+    """--rounds: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--rounds must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tuned-dir", type=Path, default=ROOT / "tuned")
     ap.add_argument("--kernel", default="gemm")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="time with the search's short plan (a smoke run)")
-    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds per entry (default {ROUNDS})")
+    ap.add_argument("--rounds", type=rounds_arg, default=ROUNDS, help=f"interleaved rounds an entry (default {ROUNDS})")
     args = ap.parse_args()
 
     import cupy
@@ -87,7 +94,7 @@ def main() -> int:
         settings = Settings(arch=gpu.arch, tolerance=e["tolerance"], max_shared_bytes=gpu.max_shared_per_block,
                             timing=plan)  # fmt: skip
         v = versus(prepare(Candidate(args.kernel, e["template"], problem, Config.of(e["params"])), settings),
-                   settings, flush, rounds=max(1, args.rounds))  # fmt: skip
+                   settings, flush, rounds=args.rounds)  # fmt: skip
         r, vendor = v.result, v.vendor
         ok = r.ok and r.timing is not None
         floor = floor_of(problem, layout, flush, plan)
@@ -117,7 +124,7 @@ def main() -> int:
         },  # fmt: skip
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "method": "fresh random normal inputs verified against float64; ours and the vendor on those same inputs "
-        f"in {max(1, args.rounds)} interleaved rounds, each the median of repeats filling >= {plan.target_ms:g} ms "
+        f"in {args.rounds} interleaved rounds, each the median of repeats filling >= {plan.target_ms:g} ms "
         f"(at most {plan.max_repeats}) of CUDA-event-timed launches with L2 flushed before each; ms: the median "
         "round's, x_vendor: the median of the rounds' ratios",
         "quick": args.quick,

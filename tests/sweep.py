@@ -92,9 +92,7 @@ def label_cover(good: Mapping[str, Mapping], full: bool | None = None) -> list[s
     """The labels of ``good`` (label -> configuration) whose configurations ``value_cover`` keeps: every parameter
     value of the list compiled at least once in the CPU tier; with ``full`` (default: ``AUTOTUNE_FULL_SWEEP``, the GPU
     host's run) every label."""
-    configs = [dict(good[label]) for label in good]
-    kept = {id(c) for c in value_cover(configs, full)}
-    return [label for label, c in zip(good, configs, strict=True) if id(c) in kept]
+    return case_cover(list(good), lambda label: good[label], full)
 
 
 def full_only(cases: Iterable) -> list:

@@ -42,7 +42,7 @@ def test_every_variant_reads_every_byte_on_the_gpu(words):
 
     a = cp.random.default_rng(words).integers(0, 1 << 31, words, dtype=cp.int32)
     expected = read_floor.word_sum(a)
-    launches = read_floor._flushed_launches(a)
+    launches = read_floor.flushed_launches(a)
     hopper = int(cp.cuda.Device().compute_capability) >= 90
     assert len(launches) == len(read_floor.VARIANTS) + hopper * len(read_floor.BULK_VARIANTS)
     for launch, sums in launches:
