@@ -20,18 +20,31 @@ Example::
 CLUSTER_M = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
 TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
 bytes too).
+
+SPLIT > 1 (optional, default 1; CLUSTER_M = 1) is stream-K: the tiles past the last whole wave of blocks (all of
+them when there are fewer tiles than blocks) are cut along K and their stages dealt out evenly, at most SPLIT + 1
+blocks to a tile, after each block's data-parallel tiles; the pieces' fp32 partials are summed in block order by
+whichever piece counts last (``walk`` computes the same cut as the kernel)::
+
+    >>> tiles = walk(dict(p, CLUSTER_M=1, SPLIT=2), Problem(4096, 4096, 4096, "float16", "NN"), blocks=132)
+    >>> len(tiles[0]), tiles[0][-1], tiles[1][:2]  # 3 whole tiles, then 57 of the 64 stages of tile 396
+    (4, (396, 0, 57), [(1, 0, 64), (133, 0, 64)])
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..core.limits import SM90, DeviceLimits, multiprocessors
 from .base import Launch, Params
+from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples above use it)
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE")
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE", "SPLIT")
+# SPLIT came after winners were stored: at 1 (or absent) the kernel renders and is named as before it existed
+DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1),)
 KINDS = (("TMA_STORE", "bool"),)
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
@@ -42,6 +55,7 @@ CLUSTERS = (1, 2)
 CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
 MAX_ACCUMULATORS = 128  # floats per consumer thread
 MAX_STAGES = 8
+MAX_SPLIT = 32
 # setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
 # gives 128 of its registers back and each consumer takes 64 more
 REGS = {1: (40, 240), 2: (40, 232)}
@@ -59,7 +73,14 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         + 16 * p["STAGES"],
         "PRODUCER_REGS": producer,
         "CONSUMER_REGS": consumer,
+        "SPLIT": split(p),
+        "MAX_SPLIT": MAX_SPLIT,
     }
+
+
+def split(params: Params) -> int:
+    """SPLIT of a configuration; 1 (no stream-K) when it has none (configurations stored before it existed)."""
+    return int(params.get("SPLIT", 1))
 
 
 def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
@@ -79,6 +100,10 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "RASTER must be at least 1"
     if p["CLUSTER_M"] not in CLUSTERS:
         return "CLUSTER_M must be 1 or 2 blocks"
+    if not 1 <= split(p) <= MAX_SPLIT:
+        return f"SPLIT must be 1 to {MAX_SPLIT} blocks a tile"
+    if split(p) > 1 and p["CLUSTER_M"] != 1:
+        return "SPLIT > 1 (stream-K) needs CLUSTER_M = 1"
     d = derived(p)
     if d["THREADS"] > limits.threads_per_block:
         return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
@@ -106,6 +131,8 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
             f"wgmma reads A and B through TMA tensor maps, whose rows must be whole 16 bytes: leading dimensions "
             f"{lda} (A) and {ldb} (B) must be multiples of 8 (the mma template packs such operands)"
         )
+    if split(params) > 1 and (groups(params, problem) + 1024) * -(-problem.K // BK) >= 2**31:
+        return f"stream-K counts K's stages of every tile in 32 bits: K = {problem.K} is too long for SPLIT > 1"
     if params["TMA_STORE"] and problem.N % 8:
         return (
             f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
@@ -121,12 +148,61 @@ def groups(params: Params, problem: Any) -> int:
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    """One persistent block per SM (or per tile, when there are fewer tiles or no GPU to count SMs on), in whole
-    clusters."""
+    """One persistent block per SM (or per tile, SPLIT blocks a tile with stream-K, when there are fewer or no GPU
+    to count SMs on), in whole clusters."""
     d, cluster = derived(params), params["CLUSTER_M"]
-    n = groups(params, problem)
+    n = groups(params, problem) * split(params)
     sms = multiprocessors()
     return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
+
+
+def scratch(params: Params, problem: Any) -> tuple[int, int]:
+    """(floats, counters) of stream-K: two partial tiles (BM x BN floats) a block, a counter per consumer of each
+    stream-K tile (fewer than blocks); none without it."""
+    if split(params) == 1:
+        return 0, 0
+    blocks = launch(params, problem).grid[0]
+    return 2 * blocks * params["BM"] * params["BN"], blocks * params["CONSUMERS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamK:
+    """The kernel's stream-K cut (its ``Walk``): tiles [0, dp) whole, a block each in turn; the stages of the
+    tiles from dp on form ``units`` units, ``per`` a block."""
+
+    kblocks: int
+    dp: int
+    units: int
+    per: int
+
+    @classmethod
+    def of(cls, params: Params, problem: Any, blocks: int) -> StreamK:
+        tiles, kblocks = groups(params, problem), -(-problem.K // BK)
+        sk = 0 if split(params) == 1 else tiles if tiles < blocks else tiles % blocks
+        units = sk * kblocks
+        return cls(kblocks, tiles - sk, units, max(-(-units // blocks), -(-kblocks // split(params))))
+
+    def sharers(self, s: int) -> range:
+        """The blocks whose runs hold a piece of stream-K tile s (tile dp + s), in the order their partials add."""
+        return range(s * self.kblocks // self.per, ((s + 1) * self.kblocks - 1) // self.per + 1)
+
+    def slot(self, b: int, s: int) -> int:
+        """Block b's partial slot for its piece of stream-K tile s: 0, the piece its run starts with; 1, its last."""
+        return 0 if b * self.per >= s * self.kblocks else 1
+
+
+def walk(params: Params, problem: Any, blocks: int) -> list[list[tuple[int, int, int]]]:
+    """Each block's work as the kernel walks it: (tile in raster numbering, first stage, stage past the last)."""
+    sk = StreamK.of(params, problem, blocks)
+    kb, work = sk.kblocks, []
+    for b in range(blocks):
+        mine = [(t, 0, kb) for t in range(b, sk.dp, blocks)]
+        u0 = min(b * sk.per, sk.units)
+        u1 = min(u0 + sk.per, sk.units)
+        for s in range(u0 // kb, (u1 - 1) // kb + 1 if u1 > u0 else 0):
+            mine.append((sk.dp + s, max(u0 - s * kb, 0), min(u1 - s * kb, kb)))
+        work.append(mine)
+    return work
 
 
 class TensorMaps(LaunchBound):
@@ -180,6 +256,7 @@ class WgmmaTemplate(GemmTemplate):
     name = "wgmma"
     bias_epilogue = True
     params = PARAMS
+    defaults = DEFAULTS
     dtypes = DTYPES
     layouts = LAYOUTS
     kinds = KINDS
@@ -203,10 +280,11 @@ class WgmmaTemplate(GemmTemplate):
         return launch(params, problem)
 
     def scratch(self, params: Params, problem: Any) -> tuple[int, int]:
-        return 0, 0
+        return scratch(params, problem)
 
     def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
-        """The family's (unused) scratch pair, then the tensor maps, made per operand address at launch."""
+        """The stream-K pair (partials, zeroed counters; unused without SPLIT), then the tensor maps, made per operand
+        address at launch."""
         return (*super().new_scratch(params, problem), TensorMaps(params, problem))
 
     def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
@@ -220,15 +298,17 @@ class WgmmaTemplate(GemmTemplate):
     def c_abi(self) -> str:
         return (
             "wgmma: (const T* A, const T* B, T* C, int M, int N, int K, float alpha, float beta, float* partial, "
-            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap, CUtensorMap cmap) (scratch unused: 0 floats, "
-            "0 counters); the "
+            "unsigned* counters, CUtensorMap amap, CUtensorMap bmap, CUtensorMap cmap), the scratch sized by "
+            "scratch_floats/scratch_counters (none without SPLIT), counters zeroed once (the kernel leaves them "
+            "zero); the "
             "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
             "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
             "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
-            "{64, BM/CONSUMERS}. Grid: (CLUSTER_M * min(groups, SMs / CLUSTER_M), 1, 1), groups = ceil(ceil(M/BM) / "
-            "CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1)."
+            "{64, BM/CONSUMERS}. Grid: (CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), 1, 1), groups = "
+            "ceil(ceil(M/BM) / CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a "
+            "cluster of (2, 1, 1)."
         )
 
 
