@@ -192,7 +192,7 @@ def test_emulated_im2col_matches_numpy(tmp_path, shape, threads, monkeypatch):
         tmp_path,
         HEADER,
         f"{im2col_part}\n#define KERNEL {step.kernel_name}\n{EMU_MAIN}",
-        ("-std=c++17", "-O1", "-pthread", "-w"),
+        ("-std=c++17", "-Og", "-pthread", "-w"),
     )
     x = np.random.default_rng(0).standard_normal((p.N, p.H, p.W, p.C)).astype(np.float16)
     x.tofile(tmp_path / "x.bin")
