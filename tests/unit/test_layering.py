@@ -13,6 +13,7 @@ sits with ``tune``. Measuring and serving share the launch path, so ``serve`` ma
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,10 @@ def _inside(dotted: str) -> str | None:
     return dotted.removeprefix("autotune.") if dotted.startswith("autotune.") else None
 
 
-GRAPH = {name: _imports(name) for name in MODULES}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Each module's imports, read when a test first needs them (not at collection, in every xdist worker)."""
+    return {name: _imports(name) for name in MODULES}
 
 
 def stage_of(module: str) -> str | None:
@@ -133,7 +137,7 @@ def test_every_package_folder_is_installed():
 def _upward_imports() -> list[tuple[str, str]]:
     return [
         (m, dep)
-        for m, deps in sorted(GRAPH.items())
+        for m, deps in sorted(graph().items())
         for dep in sorted(deps)
         if stage_of(m) and stage_of(dep) and ORDER[stage_of(dep)] > ORDER[stage_of(m)]
     ]
@@ -156,7 +160,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(GRAPH[v]):
+        for w in sorted(graph()[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -173,7 +177,7 @@ def _cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph()):
         if v not in index:
             visit(v)
     return found
