@@ -59,9 +59,14 @@ def test_render_is_deterministic_and_hash_tracks_source():
     assert c.source_hash != a.source_hash and c.template_hash == a.template_hash
 
 
+def _sample(gemm_candidates) -> list:
+    """Six candidates drawn at random (seed 0): compiled here and, from the session's compile cache, by the
+    resources test below, whose check is on the cubin, not on which configurations they are."""
+    return random.Random(0).sample(gemm_candidates, 6)
+
+
 def test_a_sample_of_candidates_compiles_for_sm90(gemm_candidates):
-    sample = random.Random(0).sample(gemm_candidates, 6)
-    for cand in sample:
+    for cand in _sample(gemm_candidates):
         c = render_candidate(cand, SETTINGS)
         r = compile_source(c.source, c.kernel_name, "sm_90")
         assert r.ok, f"{c.kernel_name}: {r.error}"
@@ -116,7 +121,7 @@ def test_resources_come_from_the_cubin_when_the_log_has_no_report(gemm_candidate
     spilling = dict(BM=256, BN=32, BK=16, WM=128, WN=32, WNITER=2, TM=4, TN=4, VEC=1, PAD=0, DBUF=True)
     from autotune.core.space import Config
 
-    sample = random.Random(1).sample(gemm_candidates, 4)
+    sample = _sample(gemm_candidates)[:4]
     sample.append(Candidate("gemm", "simt", sample[0].problem, Config.of(spilling)))
     for cand in sample:
         c = render_candidate(cand, SETTINGS)
