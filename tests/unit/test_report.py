@@ -93,12 +93,14 @@ def made(cli_made):
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
-    """The report without a tuned dir and without a measured ceiling (written from a folder with no
-    benchmarks/results/), and its folder: two tests read it, and a report costs seconds."""
+    """The report of the first 4 trials of each study (too few for parameter importance) without a tuned dir and
+    without a measured ceiling (written from a folder with no benchmarks/results/), and its folder: three tests read
+    it, one for each thing it lacks, and a report costs seconds."""
     here = tmp_path_factory.mktemp("bare")
+    short = record(here / "recorded.journal", first=4)  # named as the whole run: the same GPU key, "recorded"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(here)
-        return report.write_report(JOURNAL, here / "out"), here / "out"
+        return report.write_report(short, here / "out"), here / "out"
 
 
 def png_image(data: bytes) -> tuple[int, int, bytes]:
@@ -439,17 +441,17 @@ def test_report_writes_csv_markdown_and_one_self_contained_page(made):
 
 def test_report_without_a_tuned_dir_says_why_the_speedup_plot_is_missing(bare):
     rep, out = bare
-    assert len(rep.plots) == PLOTS_WITH_TUNED - 1 and not (out / "tuned.csv").exists()
+    assert not any(p.startswith("Speedup vs the vendor") for p in rep.plots) and not (out / "tuned.csv").exists()
+    assert len(rep.plots) == PLOTS_WITH_TUNED - 2  # no speedup, and no importance (next test)
     assert any("--tuned-dir" in n for n in rep.notes)
     assert "--tuned-dir" in (out / "report.html").read_text()
 
 
-def test_importance_is_skipped_with_a_note_when_a_study_has_too_few_complete_trials(tmp_path):
-    short = record(tmp_path / "first-4.journal", first=4)
-    rep = report.write_report(short, tmp_path / "out")
+def test_importance_is_skipped_with_a_note_when_a_study_has_too_few_complete_trials(bare):
+    rep, out = bare
     assert not any(p.startswith("Parameter importance") for p in rep.plots)
     assert sum("parameter importance for" in n for n in rep.notes) == 2
-    page = (tmp_path / "out" / "report.html").read_text()
+    page = (out / "report.html").read_text()
     assert "importance needs 5" in page and len(embedded_pngs(page)) == len(rep.plots)
 
 
