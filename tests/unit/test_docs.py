@@ -68,9 +68,13 @@ CPU_RUNNABLE = [(w, a) for w, a in autotune_lines() if a[0] in ("report", "compa
 
 @pytest.mark.parametrize(("where", "argv"), CPU_RUNNABLE, ids=[w for w, _ in CPU_RUNNABLE])
 def test_cli_examples_that_need_no_gpu_run(where, argv, tmp_path, monkeypatch):
-    """Run from the repository root (paths in the docs are relative to it), writing into a temporary folder."""
+    """Run from the repository root (paths in the docs are relative to it), writing into a temporary folder. A
+    report is written without its plots (seconds each with matplotlib): tests/unit/test_report.py draws and checks
+    them for the same commands, with a tuned dir (the `made` report) and without (`bare`)."""
     monkeypatch.chdir(ROOT)
     argv = list(argv)
+    if argv[0] == "report" and "--no-plots" not in argv:
+        argv.append("--no-plots")
     if "--out" in argv:
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
     elif argv[0] == "export":
