@@ -21,14 +21,14 @@ CLUSTER_M = 2 pairs blocks on vertically adjacent tiles into a thread-block clus
 TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
 bytes too).
 
-SPLIT > 1 (optional, default 1; CLUSTER_M = 1) is stream-K: the tiles past the last whole wave of blocks (all of
-them when there are fewer tiles than blocks) are cut along K and their stages dealt out evenly, at most SPLIT + 1
-blocks to a tile, after each block's data-parallel tiles; the pieces' fp32 partials are summed in block order by
-whichever piece counts last (``walk`` computes the same cut as the kernel)::
+SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
+of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
+after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
+the runs' fp32 partials are summed in run order by whichever run counts last (``walk`` deals as the kernel does)::
 
-    >>> tiles = walk(dict(p, CLUSTER_M=1, SPLIT=2), Problem(4096, 4096, 4096, "float16", "NN"), blocks=132)
-    >>> len(tiles[0]), tiles[0][-1], tiles[1][:2]  # 3 whole tiles, then 57 of the 64 stages of tile 396
-    (4, (396, 0, 57), [(1, 0, 64), (133, 0, 64)])
+    >>> tail = walk(dict(p, CLUSTER_M=1, SPLIT=4), Problem(2040, 2056, 2072, "float16", "NN"), blocks=132)
+    >>> tail[0], tail[13]  # 144 tiles: 132 whole, then the last 12 in 4 runs of their 33 stages
+    ([(0, 0, 33), (132, 0, 8)], [(13, 0, 33), (133, 8, 16)])
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
 
 
 def split(params: Params) -> int:
-    """SPLIT of a configuration; 1 (no stream-K) when it has none (configurations stored before it existed)."""
+    """SPLIT of a configuration; 1 (the tail not split) when it has none (configurations stored before it existed)."""
     return int(params.get("SPLIT", 1))
 
 
@@ -103,7 +103,7 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if not 1 <= split(p) <= MAX_SPLIT:
         return f"SPLIT must be 1 to {MAX_SPLIT} blocks a tile"
     if split(p) > 1 and p["CLUSTER_M"] != 1:
-        return "SPLIT > 1 (stream-K) needs CLUSTER_M = 1"
+        return "SPLIT > 1 (a split tail) needs CLUSTER_M = 1"
     d = derived(p)
     if d["THREADS"] > limits.threads_per_block:
         return f"{d['THREADS']} threads per block exceeds {limits.threads_per_block}"
@@ -131,8 +131,6 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
             f"wgmma reads A and B through TMA tensor maps, whose rows must be whole 16 bytes: leading dimensions "
             f"{lda} (A) and {ldb} (B) must be multiples of 8 (the mma template packs such operands)"
         )
-    if split(params) > 1 and (groups(params, problem) + 1024) * -(-problem.K // BK) >= 2**31:
-        return f"stream-K counts K's stages of every tile in 32 bits: K = {problem.K} is too long for SPLIT > 1"
     if params["TMA_STORE"] and problem.N % 8:
         return (
             f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
@@ -148,8 +146,8 @@ def groups(params: Params, problem: Any) -> int:
 
 
 def launch(params: Params, problem: Any) -> Launch:
-    """One persistent block per SM (or per tile, SPLIT blocks a tile with stream-K, when there are fewer or no GPU
-    to count SMs on), in whole clusters."""
+    """One persistent block per SM (or per tile, SPLIT blocks a tile with a split tail, when there are fewer or no
+    GPU to count SMs on), in whole clusters."""
     d, cluster = derived(params), params["CLUSTER_M"]
     n = groups(params, problem) * split(params)
     sms = multiprocessors()
@@ -157,52 +155,44 @@ def launch(params: Params, problem: Any) -> Launch:
 
 
 def scratch(params: Params, problem: Any) -> tuple[int, int]:
-    """(floats, counters) of stream-K: two partial tiles (BM x BN floats) a block, a counter per consumer of each
-    stream-K tile (fewer than blocks); none without it."""
+    """(floats, counters) of a split tail: a partial tile (BM x BN floats) a run of every tail tile, a counter per
+    consumer of each; none without it."""
     if split(params) == 1:
         return 0, 0
-    blocks = launch(params, problem).grid[0]
-    return 2 * blocks * params["BM"] * params["BN"], blocks * params["CONSUMERS"]
+    tail = Tail.of(params, problem, launch(params, problem).grid[0])
+    return tail.sk * tail.pieces * params["BM"] * params["BN"], tail.sk * params["CONSUMERS"]
 
 
 @dataclasses.dataclass(frozen=True)
-class StreamK:
-    """The kernel's stream-K cut (its ``Walk``): tiles [0, dp) whole, a block each in turn; the stages of the
-    tiles from dp on form ``units`` units, ``per`` a block."""
+class Tail:
+    """The kernel's cut (its ``Walk``): tiles [0, dp) whole, a block each in turn; the sk tiles from dp on split
+    into ``pieces`` runs of K's kblocks stages each."""
 
     kblocks: int
     dp: int
-    units: int
-    per: int
+    sk: int
+    pieces: int
 
     @classmethod
-    def of(cls, params: Params, problem: Any, blocks: int) -> StreamK:
+    def of(cls, params: Params, problem: Any, blocks: int) -> Tail:
         tiles, kblocks = groups(params, problem), -(-problem.K // BK)
         sk = 0 if split(params) == 1 else tiles if tiles < blocks else tiles % blocks
-        units = sk * kblocks
-        return cls(kblocks, tiles - sk, units, max(-(-units // blocks), -(-kblocks // split(params))))
+        return cls(kblocks, tiles - sk, sk, min(split(params), kblocks))
 
-    def sharers(self, s: int) -> range:
-        """The blocks whose runs hold a piece of stream-K tile s (tile dp + s), in the order their partials add."""
-        return range(s * self.kblocks // self.per, ((s + 1) * self.kblocks - 1) // self.per + 1)
-
-    def slot(self, b: int, s: int) -> int:
-        """Block b's partial slot for its piece of stream-K tile s: 0, the piece its run starts with; 1, its last."""
-        return 0 if b * self.per >= s * self.kblocks else 1
+    def unit(self, u: int) -> tuple[int, int, int]:
+        """Tail unit u: (tile in raster numbering, first stage, stage past the last); run u // sk of tile u % sk."""
+        z, s = divmod(u, self.sk)
+        return self.dp + s, self.kblocks * z // self.pieces, self.kblocks * (z + 1) // self.pieces
 
 
 def walk(params: Params, problem: Any, blocks: int) -> list[list[tuple[int, int, int]]]:
     """Each block's work as the kernel walks it: (tile in raster numbering, first stage, stage past the last)."""
-    sk = StreamK.of(params, problem, blocks)
-    kb, work = sk.kblocks, []
-    for b in range(blocks):
-        mine = [(t, 0, kb) for t in range(b, sk.dp, blocks)]
-        u0 = min(b * sk.per, sk.units)
-        u1 = min(u0 + sk.per, sk.units)
-        for s in range(u0 // kb, (u1 - 1) // kb + 1 if u1 > u0 else 0):
-            mine.append((sk.dp + s, max(u0 - s * kb, 0), min(u1 - s * kb, kb)))
-        work.append(mine)
-    return work
+    tail = Tail.of(params, problem, blocks)
+    return [
+        [(t, 0, tail.kblocks) for t in range(b, tail.dp, blocks)]
+        + [tail.unit(u) for u in range(b, tail.sk * tail.pieces, blocks)]
+        for b in range(blocks)
+    ]
 
 
 class TensorMaps(LaunchBound):
@@ -283,8 +273,8 @@ class WgmmaTemplate(GemmTemplate):
         return scratch(params, problem)
 
     def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
-        """The stream-K pair (partials, zeroed counters; unused without SPLIT), then the tensor maps, made per operand
-        address at launch."""
+        """The split tail's pair (partials, zeroed counters; unused without SPLIT), then the tensor maps, made per
+        operand address at launch."""
         return (*super().new_scratch(params, problem), TensorMaps(params, problem))
 
     def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:

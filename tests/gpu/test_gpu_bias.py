@@ -36,7 +36,7 @@ CASES = [
     ("wgmma", dict(BM=128, BN=128, CONSUMERS=2, STAGES=4, RASTER=8, TMA_STORE=False, CLUSTER_M=2), "float16",
      (257, 1001, 1000)),
     ("wgmma", dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, TMA_STORE=True, CLUSTER_M=1, SPLIT=4), "float16",
-     (300, 1000, 4096)),  # stream-K: the bias added once, by the piece that sums the tile
+     (300, 1000, 4096)),  # a split tail: the bias added once, by the run that sums the tile
     ("skinny_nt", dict(VEC=4, R=2, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=2, MINB=2, MMA=False, PREFETCH=True),
      "float32", (5, 1001, 999)),
     ("skinny_nt", dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True, PREFETCH=True),

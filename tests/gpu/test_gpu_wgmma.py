@@ -1,6 +1,6 @@
 """GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
-the refusal of rows that are not whole 16 bytes; stream-K (SPLIT) on tiles that fill the GPU in part and on a
+the refusal of rows that are not whole 16 bytes; a split tail (SPLIT) on tiles that fill the GPU in part and on a
 wave plus a few, summing to the same bits on every launch."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ CONFIGS = [
     dict(WG, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
     dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, TMA_STORE=True),
     dict(WG, BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2, CLUSTER_M=2),
-    # stream-K: pieces of 2 or 3 blocks a tile (1000^3: 32 tiles; 2040 x 2056: 144 tiles, 12 past a wave of 132),
-    # and up to 9 blocks a tile of 128 x 128 with one consumer
+    # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
+    # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
     dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, SPLIT=8),
 ]
-STREAM_K = CONFIGS[-2:]
+SPLIT_TAIL = CONFIGS[-2:]
 # every extent a multiple of 8 (the maps' rows), none a multiple of the tiles; M and N odd where they lead no row
 SHAPES = [(8, 8, 8), (136, 264, 72), (1000, 1000, 1000), (2040, 2056, 2072), (520, 4104, 4088)]
 ODD = {"NN": [(129, 264, 40), (1, 4096, 4096)], "NT": [(129, 263, 72), (3, 4095, 4096)],
@@ -66,12 +66,12 @@ def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_wgmma_stream_k_relaunches_the_same_sums(settings, dtype):
-    """Stream-K's counters are left zero (checked by _launch_twice), so a second launch on the same scratch sums
-    right too, and to the same bits: the pieces add in block order whichever arrives last."""
+def test_wgmma_split_tail_relaunches_the_same_sums(settings, dtype):
+    """The split tail's counters are left zero (checked by _launch_twice), so a second launch on the same scratch sums
+    right too, and to the same bits: the runs add in run order whichever arrives last."""
     _needs_sm90(settings)
-    for layout, params, shape in (("NN", STREAM_K[0], [264, 1000, 3000]), ("TT", STREAM_K[1], [1000, 1000, 1000]),
-                                  ("NT", STREAM_K[0], [2040, 2056, 2072])):  # fmt: skip
+    for layout, params, shape in (("NN", SPLIT_TAIL[0], [264, 1000, 3000]), ("TT", SPLIT_TAIL[1], [1000, 1000, 1000]),
+                                  ("NT", SPLIT_TAIL[0], [2040, 2056, 2072])):  # fmt: skip
         errors = _launch_twice(settings, "wgmma", params, GEMM.problem(shape, dtype, layout), alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)
         assert errors[0] == errors[1], (layout, params, errors)
