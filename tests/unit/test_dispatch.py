@@ -18,7 +18,7 @@ from autotune.measure.vendor import VendorLauncher
 from autotune.serve import choices, dispatch, online, runtime, serving
 
 GEMM, CONV = FAMILIES["gemm"], FAMILIES["conv2d"]
-P = GEMM.problem("272x4096x4096", "float16")
+P = GEMM.problem("264x4096x4096", "float16")
 SIMT = dict(BM=64, BN=64, BK=16, WM=16, WN=64, WNITER=1, TM=4, TN=4, VEC=4, PAD=4, DBUF=True)
 WMMA = GEMM.default_config("float16")[1]
 
@@ -27,7 +27,7 @@ def exact(ours_ms, vendor_ms=None):
     e = {"median_ms": ours_ms, "vendor": "cuBLAS"}
     if vendor_ms is not None:
         e["vendor_median_ms"] = vendor_ms
-    return runtime.Choice("wmma", WMMA, "exact", "h200 float16/NN/272x4096x4096", e)
+    return runtime.Choice("wmma", WMMA, "exact", "h200 float16/NN/264x4096x4096", e)
 
 
 def no_measure():
@@ -236,7 +236,7 @@ class FakeLauncher:
 
 
 def test_serve_measures_once_remembers_and_then_serves_the_remembered_choice(tmp_path, monkeypatch, caplog):
-    problem = GEMM.problem("272x4096x4096", "float16")
+    problem = GEMM.problem("264x4096x4096", "float16")
     nearest = runtime.Choice("wmma", WMMA, "nearest", "h200 float16/NN/256x4096x4096", {})
     runs = []
 
@@ -258,8 +258,8 @@ def test_serve_measures_once_remembers_and_then_serves_the_remembered_choice(tmp
     assert first.choice.step == "online" and first.choice.params == WMMA and len(runs) == 1
     rows = first.serving["measurement"]["candidates"]
     assert [r["source"] for r in rows] == ["vendor", "nearest h200 float16/NN/256x4096x4096"]  # default = nearest
-    assert "272x4096x4096: online" in caplog.text
-    stored = json.loads(choices.choices_path(tmp_path, "gpu").read_text())["choices"]["gemm/float16/NN/272x4096x4096"]
+    assert "264x4096x4096: online" in caplog.text
+    stored = json.loads(choices.choices_path(tmp_path, "gpu").read_text())["choices"]["gemm/float16/NN/264x4096x4096"]
     assert stored["served"] == "ours" and stored["source_hash"] and stored["versions"] == VERSIONS
     second = serving.serve("gemm", problem, None, **kw)
     assert len(runs) == 1 and second.choice.params == WMMA and "remembered" in second.serving["why"]
@@ -359,13 +359,13 @@ def test_load_decides_once_per_setting_and_never_remembers_a_provisional_decisio
     runtime.forget_launchers()
     try:
         capture[0] = True
-        first = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16")
+        first = runtime.load("gemm", M=264, N=4096, K=4096, dtype="float16")
         assert first.vendor and first.provisional and measured == []
         capture[0] = False
-        ours = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16")
-        assert ours.choice.step == "online" and measured == ["272x4096x4096"]
-        assert runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16") is ours and len(measured) == 1
-        off = runtime.load("gemm", M=272, N=4096, K=4096, dtype="float16", online=False)
+        ours = runtime.load("gemm", M=264, N=4096, K=4096, dtype="float16")
+        assert ours.choice.step == "online" and measured == ["264x4096x4096"]
+        assert runtime.load("gemm", M=264, N=4096, K=4096, dtype="float16") is ours and len(measured) == 1
+        off = runtime.load("gemm", M=264, N=4096, K=4096, dtype="float16", online=False)
         assert off.vendor and off.provenance["step"] == "vendor" and len(measured) == 1
         fp32_nt = runtime.load("gemm", M=64, N=64, K=64, dtype="float32", layout="NT")  # nn.Linear's layout
         assert not fp32_nt.vendor and fp32_nt.choice.template == "skinny_nt"  # faster than the vendor: served
