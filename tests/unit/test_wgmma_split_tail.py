@@ -48,16 +48,23 @@ def test_a_broken_split_tail_setting_is_refused_by_the_check_and_the_template(ch
 
 
 def test_stored_configurations_render_as_before_split_existed():
-    """SPLIT absent or 1: the same source and kernel name as the entries stored before it (their source hash)."""
+    """Every stored entry renders its stored source under its name; one without a split tail renders the same with
+    SPLIT absent or 1 (entries stored before SPLIT existed have none), and another with SPLIT 2."""
     entries = {k: e for k, e in json.loads(TUNED.read_text())["entries"].items() if e["template"] == "wgmma"}
-    assert entries
+    assert entries and any(wg.split(e["params"]) == 1 for e in entries.values())
     for key, e in entries.items():
         dtype, layout, shape = key.split("/")
         problem = GEMM.problem(shape, dtype, layout)
-        for params in (e["params"], dict(e["params"], SPLIT=1)):
+        stored = (e["source_hash"], e["kernel_name"])
+        r = render("gemm", "wgmma", e["params"], problem)
+        assert (r.source_hash, r.kernel_name) == stored, key
+        if wg.split(e["params"]) > 1:
+            continue
+        plain = {k: v for k, v in e["params"].items() if k != "SPLIT"}
+        for params in (plain, dict(plain, SPLIT=1)):
             r = render("gemm", "wgmma", params, problem)
-            assert (r.source_hash, r.kernel_name) == (e["source_hash"], e["kernel_name"]), key
-        assert "split" in render("gemm", "wgmma", dict(e["params"], SPLIT=2), problem).kernel_name
+            assert (r.source_hash, r.kernel_name) == stored, key
+        assert "split" in render("gemm", "wgmma", dict(plain, SPLIT=2), problem).kernel_name
 
 
 def _check_walk(params, problem, blocks):
