@@ -15,6 +15,7 @@ import pytest
 from autotune.build.templates import render
 from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels.gemm import GEMM
+from tests.sweep import full_only
 from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
 GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, CLUSTER_M=1, TMA_STORE=True, SPLIT=2)
@@ -29,7 +30,7 @@ def rendered(p, layout="NN", dtype="float16", shape=(1000, 1000, 1000)):
     ("params", "layout", "dtype", "registers"),
     [
         (GOOD, "NN", "float16", 168),  # two consumers: the 168 registers setmaxnreg's budget assumes, no spills
-        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=4, TMA_STORE=False, SPLIT=8), "TT", "bfloat16", None),
+        *full_only([(dict(GOOD, BN=128, CONSUMERS=1, STAGES=4, TMA_STORE=False, SPLIT=8), "TT", "bfloat16", None)]),
     ],  # fmt: skip
 )
 def test_split_tail_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
