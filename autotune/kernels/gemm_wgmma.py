@@ -19,7 +19,12 @@ Example::
 
 CLUSTER_M = 2 pairs blocks on vertically adjacent tiles into a thread-block cluster that loads B's tile once, by
 TMA multicast. TMA_STORE stages each tile in shared memory and stores it by TMA (C's rows must then be whole 16
-bytes too).
+bytes too); EPI_BOXES (optional, default 0: whole rows) stages a consumer's rows in 1 or 2 boxes of 64 columns used in
+turn, leaving shared memory for another stage. PINGPONG (optional, default False; CONSUMERS = 2) gives the two
+consumers alternate tiles, each the whole BM x BN tile, so one stores its tile while the other computes::
+
+    >>> derived(dict(p, CLUSTER_M=1, STAGES=4, TMA_STORE=True, EPI_BOXES=2))["SHARED_BYTES"]  # 4 stages + 4 boxes
+    230464
 
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
@@ -42,10 +47,10 @@ from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples abo
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE", "SPLIT")
-# SPLIT came after winners were stored: at 1 (or absent) the kernel renders and is named as before it existed
-DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1),)
-KINDS = (("TMA_STORE", "bool"),)
+PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE", "SPLIT", "EPI_BOXES", "PINGPONG")
+# these came after winners were stored: at their defaults (or absent) the kernel renders and is named as before
+DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False))
+KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"))
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -56,6 +61,7 @@ CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two
 MAX_ACCUMULATORS = 128  # floats per consumer thread
 MAX_STAGES = 8
 MAX_SPLIT = 32
+EPI_BOXES = (0, 1, 2)  # 64-column staging boxes a consumer; 0: its whole rows
 # setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
 # gives 128 of its registers back and each consumer takes 64 more
 REGS = {1: (40, 240), 2: (40, 232)}
@@ -67,15 +73,32 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
     return {
         "THREADS": 128 * (p["CONSUMERS"] + 1),
-        "SHARED_BYTES": p["STAGES"] * stage
-        + (p["BM"] * p["BN"] * 2 if p["TMA_STORE"] else 0)
-        + 1024
-        + 16 * p["STAGES"],
+        "SHARED_BYTES": p["STAGES"] * stage + staging_bytes(p) + 1024 + 16 * p["STAGES"],
         "PRODUCER_REGS": producer,
         "CONSUMER_REGS": consumer,
         "SPLIT": split(p),
         "MAX_SPLIT": MAX_SPLIT,
+        "EPI_BOXES": int(p.get("EPI_BOXES", 0)),
+        "PINGPONG": pingpong(p),
     }
+
+
+def pingpong(params: Params) -> bool:
+    """Whether the consumers take alternate tiles (each the whole tile); False for configurations without it."""
+    return bool(params.get("PINGPONG", False))
+
+
+def consumer_rows(params: Params) -> int:
+    """Rows of the block tile a consumer warpgroup computes: all of them with PINGPONG, else its share."""
+    return params["BM"] if pingpong(params) else params["BM"] // params["CONSUMERS"]
+
+
+def staging_bytes(params: Params) -> int:
+    """The TMA store's staging in shared memory: each consumer's rows, whole or EPI_BOXES boxes of 64 columns."""
+    if not params["TMA_STORE"]:
+        return 0
+    boxes = int(params.get("EPI_BOXES", 0)) or params["BN"] // 64
+    return params["CONSUMERS"] * boxes * consumer_rows(params) * 128
 
 
 def split(params: Params) -> int:
@@ -90,10 +113,15 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return "CONSUMERS must be 1 or 2 warpgroups"
     if p["BN"] not in BNS:
         return f"BN must be one of {', '.join(map(str, BNS))} (whole 64-column boxes, the wgmma's N up to 256)"
-    if p["BM"] % p["CONSUMERS"] or p["BM"] // p["CONSUMERS"] not in CONSUMER_ROWS:
-        return "BM / CONSUMERS must be 64 or 128 rows (one or two m64 wgmmas per consumer)"
-    if p["BM"] // p["CONSUMERS"] // 64 * p["BN"] // 2 > MAX_ACCUMULATORS:
-        return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: BM / CONSUMERS x BN above 64 x 256"
+    if pingpong(p) and (p["CONSUMERS"] != 2 or p["CLUSTER_M"] != 1 or split(p) != 1):
+        return "PINGPONG needs CONSUMERS = 2 and CLUSTER_M = 1, without a split tail (SPLIT = 1)"
+    rows = "BM" if pingpong(p) else "BM / CONSUMERS"
+    if p["BM"] % p["CONSUMERS"] or consumer_rows(p) not in CONSUMER_ROWS:
+        return f"{rows} must be 64 or 128 rows (one or two m64 wgmmas per consumer)"
+    if consumer_rows(p) // 64 * p["BN"] // 2 > MAX_ACCUMULATORS:
+        return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: {rows} x BN above 64 x 256"
+    if p.get("EPI_BOXES", 0) not in EPI_BOXES or (p.get("EPI_BOXES", 0) and not p["TMA_STORE"]):
+        return "EPI_BOXES must be 1 or 2, with TMA_STORE (or 0: the staging holds a consumer's whole rows)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if p["RASTER"] < 1:
@@ -199,12 +227,12 @@ class TensorMaps(LaunchBound):
     """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
     host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER_M) rows,
     M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
-    reads) in boxes of 64 columns x BM / CONSUMERS rows; all with 128-byte swizzle."""
+    reads) in boxes of 64 columns x a consumer's rows (BM / CONSUMERS, BM with PINGPONG); all with 128-byte swizzle."""
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem = problem
         self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
-        self.c_rows = params["BM"] // params["CONSUMERS"] if params["TMA_STORE"] else 0
+        self.c_rows = consumer_rows(params) if params["TMA_STORE"] else 0
         self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
     def bind(self, a: Any, b: Any, out: Any) -> tuple[Any, Any, Any]:
@@ -296,7 +324,8 @@ class WgmmaTemplate(GemmTemplate):
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
             "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
-            "{64, BM/CONSUMERS}. Grid: (CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), 1, 1), groups = "
+            "{64, BM/CONSUMERS} ({64, BM} with PINGPONG). Grid: (CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), "
+            "1, 1), groups = "
             "ceil(ceil(M/BM) / CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a "
             "cluster of (2, 1, 1)."
         )

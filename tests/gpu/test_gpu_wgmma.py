@@ -1,7 +1,7 @@
 """GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
-the refusal of rows that are not whole 16 bytes; a split tail (SPLIT) on tiles that fill the GPU in part and on a
-wave plus a few, summing to the same bits on every launch."""
+the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; a split tail
+(SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ CONFIGS = [
     dict(WG, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
     dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, TMA_STORE=True),
     dict(WG, BM=64, BN=192, CONSUMERS=1, STAGES=2, RASTER=2, CLUSTER_M=2),
+    # staging in boxes of 64 columns (two in turn; one), and pingpong consumers (whole tiles in turn; with boxes;
+    # storing from registers)
+    dict(WG, TMA_STORE=True, EPI_BOXES=2),
+    dict(WG, BM=256, BN=128, STAGES=3, RASTER=1, TMA_STORE=True, EPI_BOXES=1),
+    dict(WG, BN=128, STAGES=5, TMA_STORE=True, PINGPONG=True),
+    dict(WG, BM=64, STAGES=4, RASTER=3, TMA_STORE=True, EPI_BOXES=1, PINGPONG=True),
+    dict(WG, BM=64, BN=192, STAGES=5, RASTER=16, PINGPONG=True),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
@@ -46,6 +53,8 @@ def _needs_sm90(settings):
     ids=lambda p: (
         "{BM}x{BN}c{CONSUMERS}s{STAGES}r{RASTER}cl{CLUSTER_M}st{TMA_STORE:d}".format(**p)
         + (f"sk{p['SPLIT']}" if "SPLIT" in p else "")
+        + (f"eb{p['EPI_BOXES']}" if "EPI_BOXES" in p else "")
+        + ("pp" if p.get("PINGPONG") else "")
     ),
 )
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
@@ -59,7 +68,8 @@ def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, pa
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
     _needs_sm90(settings)
-    for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3])):
+    for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3]),
+                           ("NN", CONFIGS[5]), ("TT", CONFIGS[7]), ("TN", CONFIGS[8]), ("NT", CONFIGS[9])):  # fmt: skip
         problem = GEMM.problem([264, 1000, 3000], dtype, layout)
         errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)

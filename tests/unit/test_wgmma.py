@@ -28,6 +28,8 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         (GOOD, "NN", "float16", 168),
         (dict(GOOD, BM=256, BN=128, STAGES=3, CLUSTER_M=2), "TT", "bfloat16", 168),
         (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", None),
+        # pingpong consumers (whole 128 x 128 tiles in turn) staging their rows in one box of 64 columns
+        (dict(GOOD, BN=128, STAGES=6, TMA_STORE=True, EPI_BOXES=1, PINGPONG=True), "TN", "bfloat16", 168),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -50,10 +52,34 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(STAGES=5), ["shared memory"]),
         (dict(CLUSTER_M=4), ["CLUSTER_M"]),
         (dict(TMA_STORE=True), ["staging tile", "shared memory"]),
+        (dict(TMA_STORE=True, EPI_BOXES=3), ["EPI_BOXES"]),
+        (dict(EPI_BOXES=1), ["EPI_BOXES", "TMA_STORE"]),
+        (dict(BN=128, STAGES=3, PINGPONG=True, CLUSTER_M=2), ["PINGPONG", "CLUSTER_M = 1"]),
+        (dict(STAGES=3, PINGPONG=True), ["BM x BN", "accumulators"]),
     ],  # fmt: skip
 )
 def test_a_broken_configuration_is_refused_by_the_check_and_the_template(change, words):
     assert_refused_twice(wg, rendered, {**GOOD, **change}, words)
+
+
+def test_staging_boxes_buy_a_stage_and_pingpong_stages_whole_tiles_per_consumer():
+    """EPI_BOXES: a consumer's staging is 1 or 2 boxes of 64 columns instead of its rows (128 x 256 tiles then fit 4
+    stages); PINGPONG: each consumer stages (and the C map's box spans) the whole tile's BM rows."""
+    stored = dict(GOOD, TMA_STORE=True)
+    assert "shared memory" in wg.check(stored)
+    stage = (128 + 256) * 64 * 2
+    for boxes in (1, 2):
+        d = wg.derived(dict(stored, EPI_BOXES=boxes))
+        assert wg.check(dict(stored, EPI_BOXES=boxes)) is None
+        assert d["SHARED_BYTES"] == 4 * stage + 2 * boxes * 64 * 128 + 1024 + 16 * 4
+    pp = dict(stored, BN=128, STAGES=5, PINGPONG=True)
+    assert wg.derived(pp)["SHARED_BYTES"] == 5 * (128 + 128) * 64 * 2 + 2 * 128 * 128 * 2 + 1024 + 16 * 5
+    assert wg.TensorMaps(pp, GEMM.problem("4096x4096x4096", "float16")).c_rows == 128
+    assert wg.TensorMaps(dict(pp, PINGPONG=False), GEMM.problem("4096x4096x4096", "float16")).c_rows == 64
+    named = rendered(dict(pp, EPI_BOXES=1), "NN").kernel_name
+    assert named.endswith("_epi_boxes1_pingpong1") and rendered(stored | {"STAGES": 3}, "NN").kernel_name.endswith(
+        "tma_store1"
+    )
 
 
 @pytest.mark.parametrize(
