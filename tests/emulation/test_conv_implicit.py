@@ -20,7 +20,7 @@ from autotune.measure.evaluate import Candidate, Settings, render_candidate, sta
 from autotune.tune.spec import load_spec, parse_spec
 from tests.emulation.test_conv import run_emulated
 from tests.host_cuda import HEADER, gxx
-from tests.sweep import covering, full_only, product, value_cover
+from tests.sweep import covering, full_only, full_sweep, product, value_cover
 
 ROOT = Path(__file__).resolve().parents[2]
 CONV = FAMILIES["conv2d"]
@@ -320,14 +320,19 @@ def _feasible_templates(space):
     return {t for t, one in zip(param.values, fixed, strict=True) if one.first_feasible(ok) is not None}
 
 
-def test_start_points_compile_without_spills():
-    for name in ("conv.yaml", "conv_fp16.yaml"):
-        spec = load_spec(ROOT / "configs" / name)
-        problem = spec.problems[0]
-        for config in value_cover(spec.start_from):  # every parameter value of the start points (tests/sweep.py)
-            c = render_candidate(Candidate("conv2d", "auto", problem, config), SETTINGS)
-            r = compile_source(c.source, c.kernel_name, "sm_90")
-            assert r.ok and r.spills == 0, (name, config, r.error, r.spills)
+@pytest.mark.parametrize("name", ["conv.yaml", "conv_fp16.yaml"])
+def test_start_points_compile_without_spills(name):
+    """Every parameter value of the start points compiles (tests/sweep.py's value_cover). The winograd start points
+    of conv.yaml compile in test_conv_winograd's test_the_winograd_start_points_compile_without_spills (a value cover
+    of them with those of conv_winograd.yaml and conv_b1.yaml); here too with AUTOTUNE_FULL_SWEEP=1."""
+    spec = load_spec(ROOT / "configs" / name)
+    problem = spec.problems[0]
+    points = [c for c in spec.start_from if full_sweep() or c.as_dict()["TEMPLATE"] != "winograd"]
+    assert {c.as_dict()["TEMPLATE"] for c in points} >= {"implicit_simt"}
+    for config in value_cover(points):
+        c = render_candidate(Candidate("conv2d", "auto", problem, config), SETTINGS)
+        r = compile_source(c.source, c.kernel_name, "sm_90")
+        assert r.ok and r.spills == 0, (name, config, r.error, r.spills)
 
 
 def test_a_spec_may_name_an_implicit_template_directly():

@@ -17,7 +17,7 @@ from autotune.results.store import merge
 from autotune.serve.runtime import choose
 from autotune.tune.search import study_name
 from autotune.tune.spec import parse_spec
-from tests.sweep import covering, product
+from tests.sweep import covering, full_sweep, product
 
 GEMM = FAMILIES["gemm"]
 SETTINGS = Settings(arch="sm_90", tolerance=1e-3, max_shared_bytes=227 * 1024)
@@ -105,10 +105,19 @@ def test_wmma_static_checks():
 WMMA_COMBOS = product(["float16", "bfloat16", "tfloat32"], ["NN", "NT", "TN", "TT"])
 
 
-@pytest.mark.parametrize(
-    ("dtype", "layout", "compiled"),
-    [(*combo, shape) for combo, shape in covering(WMMA_COMBOS, [("256x256x256",), ("255x257x253",)])],
-)
+def _wmma_cases() -> list[tuple]:
+    """(dtype, layout, the shape compiled or None). float16 and bfloat16 share the m16n16k16 fragment code: in the CPU
+    tier only the first of them in each layout compiles (every layout once, both dtypes, both alignments), the other
+    four render only; every tfloat32 combination compiles. AUTOTUNE_FULL_SWEEP=1: every one compiles."""
+    out, seen = [], set()
+    for (dtype, layout), shape in covering(WMMA_COMBOS, [("256x256x256",), ("255x257x253",)]):
+        half = dtype != "tfloat32"
+        out.append((dtype, layout, None if half and layout in seen and not full_sweep() else shape))
+        seen |= {layout} if half else set()
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "layout", "compiled"), _wmma_cases())
 def test_wmma_compiles_for_sm90_in_every_dtype_layout_and_alignment(dtype, layout, compiled):
     params = TF32 if dtype == "tfloat32" else W
     sources = set()
