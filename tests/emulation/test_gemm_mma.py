@@ -345,13 +345,14 @@ EMULATED = [
 ]
 
 
-def _in_layouts(cases):
-    """Each case in two layouts, the next two in turn (every layout with both dtypes: tests/sweep.py);
-    AUTOTUNE_FULL_SWEEP=1: in all four."""
-    return [(*cases[i], layout) for i, layout in covering(range(len(cases)), [(x,) for x in LAYOUTS], times=2)]
+def _in_layouts(cases, times):
+    """Each case in ``times`` layouts, the next ones in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in all four."""
+    return [(*cases[i], layout) for i, layout in covering(range(len(cases)), [(x,) for x in LAYOUTS], times=times)]
 
 
-@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(EMULATED))
+# One layout a case: every layout, each dtype in two (the dtypes share the fragment code; the other pairs of layout
+# and dtype run in the full sweep)
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(EMULATED, 1))
 def test_emulated_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
     # the extents that are not leading dimensions need not be multiples of 8: make them odd where allowed
     M, N, K = shape
@@ -374,7 +375,8 @@ PACKED = [
 ]
 
 
-@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(PACKED))
+# Two layouts a case: every layout packs A and B, three cases reach all four layouts only two at a time
+@pytest.mark.parametrize(("params", "dtype", "shape", "alpha", "beta", "layout"), _in_layouts(PACKED, 2))
 def test_emulated_packed_kernel_matches_float64(tmp_path, params, dtype, shape, alpha, beta, layout):
     problem = GEMM.problem(list(shape), dtype, layout)
     assert len(mm.packed(problem)) == 2 and len(GEMM.launch("mma", params, problem).before) == 2

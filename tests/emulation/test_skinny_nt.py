@@ -300,7 +300,6 @@ TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 EMULATED = [
     # config, dtype, layout, (M, N, K), alpha, beta, W shifted by this many elements (0: aligned)
     ("m1", "float16", "NT", (1, 37, 1000), 1.0, 0.0, 0),  # 16-byte loads, K not a multiple of a step
-    ("m1", "bfloat16", "NT", (1, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
     ("m4", "float32", "NT", (3, 41, 512), 1.5, 0.0, 0),  # fp32 VEC 8: two 16-byte loads; M < MT
     ("m4", "float16", "NT", (3, 17, 512), 1.0, 0.0, 4),  # W 8-byte aligned only: scalar fallback
     ("m16_split", "float32", "NT", (16, 13, 515), 1.0, 0.25, 1),  # split-K 3, odd K, unaligned W, a partial N tile
@@ -314,8 +313,10 @@ EMULATED = [
     ("default16", "float16", "NT", (9, 20, 1536), 1.0, 0.0, 0),  # two passes per warp with PREFETCH
     ("default64", "bfloat16", "NT", (64, 33, 1024), 1.0, 0.0, 0),
     # AUTOTUNE_FULL_SWEEP=1 only (tests/sweep.py): the CPU tier runs these paths above, in other dtypes or configurations
-    # (A stored K x M: scalar, mma_split; several passes: prefetch fp32; the mma K-odd fallback: mma_split's W)
+    # (A stored K x M: scalar, mma_split; several passes: prefetch fp32; the mma K-odd fallback: mma_split's W; the
+    # fallback on odd K: vec_ok, the flag that m4's W shifted by 4 elements clears; beta: m16_split, prefetch)
     *full_only([
+        ("m1", "bfloat16", "NT", (1, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta
         ("m16_split", "float16", "TT", (16, 9, 260), 1.0, -1.0, 0),  # A stored K x M, a last N tile of one column
         ("prefetch", "bfloat16", "TT", (4, 9, 4100), 1.0, 0.0, 0),  # three passes, A stored K x M
         ("mma16", "bfloat16", "NT", (16, 19, 517), 1.0, 0.5, 0),  # K odd: scalar fallback, beta

@@ -186,13 +186,14 @@ EMULATED = [
     ("wide", "NN", (17, 300, 200), 2.0, 0.25, 0),  # four warpgroups, no split-K: alpha and beta in the kernel
     ("m64", "NN", (64, 128, 1000), 1.0, 0.0, 0),  # cluster of 4: split-K in shared memory, 8 chunks per slice
     ("cluster2", "TN", (13, 200, 333), 1.5, 0.5, 1),  # cluster of 2 with beta, rows past M, columns past N
-    ("m8_deep", "TN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices (they still meet the barriers)
+    ("m8_deep", "NN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices (they still meet the barriers)
     ("m32_tma", "NN", (30, 100, 300), 1.0, 0.0, 0),  # TMA: boxes past N and past K (zeros), a partial last chunk
     ("m32_tma", "NN", (32, 96, 256), 1.0, 0.0, 1),  # TMA on, B unaligned: 4-byte copies (no map is read)
     ("m64_split", "TN", (40, 200, 240), 0.5, 0.0, 0),  # TMA with cluster-free split-K 4, edge tiles
     # AUTOTUNE_FULL_SWEEP=1 only (tests/sweep.py): the CPU tier runs these paths above (split-K through global memory
-    # with beta: m32, m64_split TN; TMA in TN: m64_split TN)
+    # with beta: m32, m64_split TN; TMA in TN: m64_split TN; a cluster in TN: cluster2)
     *full_only([
+        ("m8_deep", "TN", (8, 64, 100), 1.0, 0.0, 0),  # cluster of 8 with empty slices, A stored K x M
         ("m64_split", "NN", (64, 128, 256), 1.0, 0.5, 0),  # whole 64 x 128 tiles, split-K 4 through global memory, beta
         ("m32_tma", "TN", (32, 64, 256), 1.0, 0.5, 0),  # TMA, TN, whole tiles
     ]),

@@ -14,6 +14,7 @@ from autotune.measure.evaluate import Status
 from autotune.tune.replay import Run, Summary, Variant, quantiles, replay, replay_once, trace
 from autotune.tune.t4 import Entry, Record, Validity, load_record
 from tests.fakes import replayed_evaluations
+from tests.sweep import full_only, full_sweep
 
 RECORD = Path(__file__).parents[1] / "data" / "records" / "convolution_A100.subset400.json.gz"
 
@@ -161,10 +162,13 @@ def test_our_h200_record_is_complete_and_the_default_finds_its_optimum_region():
     configuration of the space is in it, and the default strategy comes within 5% of its optimum in the budget."""
     record = load_record(H200_RECORD)
     assert len(record.by_key) == 856 and record.optimum_ms > 0
-    runs = [replay_once(record, Variant.named("tpe"), seed=s, budget=120, stop=False) for s in (0, 1)]
+    # seed 0 in the CPU tier; AUTOTUNE_FULL_SWEEP=1 (tests/sweep.py) adds seed 1 and a second replay of seed 0 (a
+    # replay's determinism for a seed is test_a_replay_of_the_committed_record_is_deterministic_for_a_seed's)
+    runs = [replay_once(record, Variant.named("tpe"), seed=s, budget=120, stop=False) for s in (0, *full_only([1]))]
     for run in runs:
         assert run.best_ms[-1] <= 1.05 * record.optimum_ms
-    assert runs[0] == replay_once(record, Variant.named("tpe"), seed=0, budget=120, stop=False)
+    if full_sweep():
+        assert runs[0] == replay_once(record, Variant.named("tpe"), seed=0, budget=120, stop=False)
 
 
 def _benchmark():
