@@ -246,37 +246,54 @@ def test_the_residual_products_make_it_fp32(tmp_path):
 
 
 TMA_MUTATIONS = {
+    # each mistake as the kernel's text and that text with the mistake made while MUTATED holds (_switched)
     # every wait on parity 0: from a stage's second use on, the wait passes before its boxes land
-    "stale phase": ("mbar_wait(landed + rd, ph);", "mbar_wait(landed + rd, 0u);"),
+    "stale phase": ("mbar_wait(landed + rd, ph);", "mbar_wait(landed + rd, MUTATED ? 0u : ph);"),
     # reading B as if TMA did not swizzle
-    "no swizzle": ("((((c >> 2) & 7) ^ (r & 7)) << 2)", "(((c >> 2) & 7) << 2)"),
+    "no swizzle": (
+        "((((c >> 2) & 7) ^ (r & 7)) << 2)",
+        "(MUTATED ? (((c >> 2) & 7) << 2) : ((((c >> 2) & 7) ^ (r & 7)) << 2))",
+    ),
     # A read as if TMA did not swizzle
-    "A unswizzled": ("return (o ^ (((o >> 7) & (KC == 32 ? 7 : 3)) << 4)) >> 2;", "return o >> 2;"),
+    "A unswizzled": (
+        "return (o ^ (((o >> 7) & (KC == 32 ? 7 : 3)) << 4)) >> 2;",
+        "return MUTATED ? o >> 2 : (o ^ (((o >> 7) & (KC == 32 ? 7 : 3)) << 4)) >> 2;",
+    ),
     # split A (chunk s + 1) without waiting for its box
-    "A not waited": ("if (s + 1 < nsteps) mbar_wait(landed_a", "if (false) mbar_wait(landed_a"),
+    "A not waited": ("if (s + 1 < nsteps) mbar_wait(landed_a", "if (!MUTATED && s + 1 < nsteps) mbar_wait(landed_a"),
     # B's rows in plain order while A's split keeps the interleaved one
     "k order": (
         "b_index(2 * t, bcol), b_hi = b_index(2 * t + 1, bcol)",
-        "b_index(t, bcol), b_hi = b_index(t + 4, bcol)",
+        "b_index(MUTATED ? t : 2 * t, bcol), b_hi = b_index(MUTATED ? t + 4 : 2 * t + 1, bcol)",
     ),
 }
+MUTATION_ENV = "HOST_MUTATION"
+
+
+def _switched(src):
+    """The kernel with every mistake of TMA_MUTATIONS in it, each made only while the environment's HOST_MUTATION
+    names it (its place in sorted order, from 1): one g++ build for all of them. Without HOST_MUTATION, the kernel
+    as rendered."""
+    for i, name in enumerate(sorted(TMA_MUTATIONS), 1):
+        old, new = TMA_MUTATIONS[name]
+        assert src.count(old) == 1 and "MUTATED" in new
+        src = src.replace(old, new.replace("MUTATED", f"(host_mutation == {i})"))
+    pick = f'std::getenv("{MUTATION_ENV}") ? std::atoi(std::getenv("{MUTATION_ENV}")) : 0'
+    return f"static const int host_mutation = {pick};\n{src}"
 
 
 @pytest.mark.parametrize("mutation", sorted(TMA_MUTATIONS))
-def test_the_emulation_catches_tma_mistakes(tmp_path, mutation):
+def test_the_emulation_catches_tma_mistakes(tmp_path, monkeypatch, mutation):
     """The TMA emulation lands a box only at the wait on its phase and swizzles as the hardware does, so a wait on
     the wrong phase, an unswizzled read of A or B, B's rows out of A's k order, or A split without its wait each
     miss the tolerance or stop the emulation."""
-    old, new = TMA_MUTATIONS[mutation]
-
-    def mutate(src):
-        assert src.count(old) == 1
-        return src.replace(old, new)
-
     args = (GOOD["m32_tma"], "NN", (32, 64, 512), 1.0, 0.0, 0)  # 8 chunks a slice through a ring of 4
+    monkeypatch.delenv(MUTATION_ENV, raising=False)
     assert _emulate(tmp_path, *args, reps=1) < 1e-5
+    assert _emulate(tmp_path, *args, reps=1, patch=_switched) < 1e-5  # every mistake switched off
+    monkeypatch.setenv(MUTATION_ENV, str(sorted(TMA_MUTATIONS).index(mutation) + 1))
     try:
-        err = _emulate(tmp_path, *args, reps=1, patch=mutate)
+        err = _emulate(tmp_path, *args, reps=1, patch=_switched)
     except AssertionError as stopped:  # the emulation refused it (a box never waited for is never landed)
         assert "mbarrier" in str(stopped)
     else:

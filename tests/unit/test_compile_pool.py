@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from autotune.build.compile_pool import CompilePool
 from autotune.core.space import Config
@@ -45,23 +47,32 @@ def test_a_hanging_compile_times_out_and_the_pool_recovers():
         assert pool.result(pool.submit(rendered(32, 4))).ok
 
 
-def _sleepy_compile(source, kernel_name, arch):
-    """bx64 takes 5 s, everything else is immediate (a loaded 2-core CI machine took 2.6 s for an immediate one)."""
+GATE_ENV = "AUTOTUNE_TEST_COMPILE_GATE"
+
+
+def _gated_compile(source, kernel_name, arch):
+    """bx64 waits until the file that AUTOTUNE_TEST_COMPILE_GATE names exists (30 s at most), everything else is
+    immediate: bx64 is the slow one until the test opens the gate, however loaded the machine (a loaded 2-core CI
+    machine took 2.6 s for an immediate one)."""
     if "bx64" in kernel_name:
-        time.sleep(5)
+        gate, deadline = Path(os.environ[GATE_ENV]), time.monotonic() + 30
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     return fake_compile(source, kernel_name, arch)
 
 
-def test_first_ready_skips_a_slow_compile_at_the_head_of_the_queue():
-    with CompilePool("sm_90", jobs=2, compile_fn=_sleepy_compile, timeout_s=60.0) as pool:
+def test_first_ready_skips_a_slow_compile_at_the_head_of_the_queue(tmp_path, monkeypatch):
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))  # before the pool's processes start: they inherit it
+    with CompilePool("sm_90", jobs=2, compile_fn=_gated_compile, timeout_s=60.0) as pool:
         pool.warm()
         keys = [pool.submit(rendered(64, 1)), pool.submit(rendered(16, 16)), pool.submit(rendered(32, 4))]
-        t0 = time.monotonic()
         first = pool.first_ready(keys)
-        assert first in (1, 2) and time.monotonic() - t0 < 4.0
+        assert first in (1, 2) and not pool.ready(keys[0])  # the slow one is still at its gate
         assert pool.result(keys[first]).ok
+        gate.touch()
         assert pool.first_ready([keys[0]]) == 0  # only the slow one left: waits for it
-        assert pool.result(keys[0]).ok and time.monotonic() - t0 >= 4.0
+        assert pool.result(keys[0]).ok
 
 
 def test_first_ready_gives_up_on_a_hung_compile_at_its_deadline():
