@@ -24,6 +24,7 @@ from autotune.measure.evaluate import Candidate, Fixture, Settings, render_candi
 from autotune.tune.spec import load_spec
 from tests.emulation.test_conv import reference
 from tests.host_cuda import FLAGS, HEADER, MMA_PTX, build, gxx
+from tests.sweep import full_only
 
 evaluate = importlib.import_module("autotune.measure.evaluate")  # the package exports a function of that name
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,13 +396,16 @@ def _slices(params, problem):
     return [(z + 1) * tiles // sk - z * tiles // sk for z in range(sk)]
 
 
-SPLIT_EMULATED = [
+SPLIT_CASES = [
     # params, shape [N, C, H, W, K, R, S, stride, pad]; C*R*S is never a multiple of SPLIT_K * BK
     (dict(SMALL, SPLIT_K=2), [2, 8, 7, 9, 12, 3, 3, 1, 1]),  # 3 tiles: slices of 1 and 2; K = 12: scalar stores
     (dict(SMALL, SPLIT_K=3), [1, 16, 5, 7, 24, 3, 3, 1, 1]),  # 5 tiles: 1, 2, 2; K = 24: 16-byte stores
     (dict(SMALL, SPLIT_K=5), [1, 8, 5, 7, 13, 3, 3, 2, 1]),  # 3 tiles in 5 slices: two are empty; stride 2
     (dict(SMALL, BK=16, STAGES=4, SPLIT_K=5), [2, 24, 9, 5, 40, 3, 3, 1, 1]),  # 14 tiles: 2, 3, 3, 3, 3; 2 x 2 blocks
 ]
+# The first case only with AUTOTUNE_FULL_SWEEP=1 (tests/sweep.py): the others run its paths (slices of unequal sizes:
+# the second and the last; scalar stores, K % 8 != 0: the third, K = 13; a batch of 2 with padding: the last).
+SPLIT_EMULATED = SPLIT_CASES[1:] + full_only(SPLIT_CASES[:1])
 
 
 @pytest.mark.parametrize(
@@ -421,7 +425,7 @@ def test_emulated_split_k_matches_float64_and_relaunches(tmp_path, params, shape
 
 
 def test_the_split_k_cases_cover_empty_slices():
-    slices = [_slices(p, CONV.problem(s, "float16", "NHWC")) for p, s in SPLIT_EMULATED]
+    slices = [_slices(p, CONV.problem(s, "float16", "NHWC")) for p, s in SPLIT_CASES]
     assert slices[2] == [0, 1, 0, 1, 1] and slices[0] == [1, 2]
 
 

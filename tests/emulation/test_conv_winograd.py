@@ -20,7 +20,7 @@ from autotune.measure.evaluate import Candidate, Status, TrialResult, render_can
 from autotune.tune.search import result_attrs
 from autotune.tune.spec import load_spec
 from tests.emulation.test_conv import CONV, ROOT, SETTINGS, _emulate
-from tests.sweep import covering, full_sweep, label_cover, product, share, value_cover
+from tests.sweep import case_cover, covering, full_sweep, product, share, value_cover
 
 D = dict(TILES=32, KB=32, CB=8, KT=4, TT=8, ET=1, SPAD=4, PIPE=0, MINB=1)  # 512 threads, 32 accumulators
 NP = dict(PIPE=0, MINB=1)
@@ -274,11 +274,51 @@ def _fp16_allowed(label, combo):  # WSTAGE and MMA are fp32 only: test_wstage_is
     return combo[0] == "float32" or not (GOOD[label].get("WSTAGE") or GOOD[label].get("MMA"))
 
 
-# The configurations that hold every parameter value, each in one dtype and layout, in turn (tests/sweep.py);
-# AUTOTUNE_FULL_SWEEP=1: every configuration in all of them.
+WINOGRAD_SPECS = ("conv_winograd.yaml", "conv.yaml", "conv_b1.yaml")
+
+
+def _winograd_points(spec_file):
+    spec = load_spec(ROOT / "configs" / spec_file)
+    return spec, [c for c in spec.start_from if c.as_dict().get("TEMPLATE", "winograd") == "winograd"]
+
+
+@functools.cache
+def _compiled_points() -> dict[str, list[dict]]:
+    """The winograd start points each spec's test compiles: every parameter value of the three specs' points taken
+    together (tests/sweep.value_cover: 15 points instead of 28 spec by spec), each compiled for the first spec that
+    lists it. The source is the same whichever spec's first problem renders it (float32 NCHW, C = 64: only the
+    alignment and the layout reach the source); AUTOTUNE_FULL_SWEEP=1: every point of every spec."""
+    first: dict[str, list[dict]] = {f: [] for f in WINOGRAD_SPECS}  # spec -> the points no earlier spec lists
+    union: list[dict] = []
+    for f in WINOGRAD_SPECS:
+        for p in map(_params, _winograd_points(f)[1]):
+            if p not in union:
+                union.append(p)
+                first[f].append(p)
+    chosen = value_cover(union)
+    return {f: [p for p in points if p in chosen] for f, points in first.items()}
+
+
+def _params(config) -> dict:
+    return {k: v for k, v in config.as_dict().items() if k != "TEMPLATE"}
+
+
+def _configuration_labels() -> list[str]:
+    """The configurations of GOOD that test_configurations_compile_for_sm90_without_spills compiles: those that hold
+    every parameter value of GOOD that no start point of _compiled_points holds (tests/sweep.case_cover; the start
+    points compile in test_the_winograd_start_points_compile_without_spills: 7 configurations instead of 16);
+    AUTOTUNE_FULL_SWEEP=1: every one."""
+    if full_sweep():
+        return list(GOOD)
+    met = {pair for points in _compiled_points().values() for p in points for pair in p.items()}
+    return case_cover(list(GOOD), lambda label: {k: v for k, v in GOOD[label].items() if (k, v) not in met})
+
+
+# Those configurations, each in one dtype and layout, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: every
+# configuration in all of them.
 @pytest.mark.parametrize(
     ("label", "dtype", "layout"),
-    covering(label_cover(GOOD), product(["float32", "float16"], ["NCHW", "NHWC"]), _fp16_allowed),
+    covering(_configuration_labels(), product(["float32", "float16"], ["NCHW", "NHWC"]), _fp16_allowed),
 )
 def test_configurations_compile_for_sm90_without_spills(label, dtype, layout):
     problem = CONV.problem(PROBLEM, dtype, layout)
@@ -487,35 +527,6 @@ def test_the_measured_error_is_recorded_and_shown_next_to_the_time():
     assert "error" in shown.columns and shown["error"].str.contains("e-").all()
 
 
-WINOGRAD_SPECS = ("conv_winograd.yaml", "conv.yaml", "conv_b1.yaml")
-
-
-def _winograd_points(spec_file):
-    spec = load_spec(ROOT / "configs" / spec_file)
-    return spec, [c for c in spec.start_from if c.as_dict().get("TEMPLATE", "winograd") == "winograd"]
-
-
-@functools.cache
-def _compiled_points() -> dict[str, list[dict]]:
-    """The winograd start points each spec's test compiles: every parameter value of the three specs' points taken
-    together (tests/sweep.value_cover: 15 points instead of 28 spec by spec), each compiled for the first spec that
-    lists it. The source is the same whichever spec's first problem renders it (float32 NCHW, C = 64: only the
-    alignment and the layout reach the source); AUTOTUNE_FULL_SWEEP=1: every point of every spec."""
-    first: dict[str, list[dict]] = {f: [] for f in WINOGRAD_SPECS}  # spec -> the points no earlier spec lists
-    union: list[dict] = []
-    for f in WINOGRAD_SPECS:
-        for p in map(_params, _winograd_points(f)[1]):
-            if p not in union:
-                union.append(p)
-                first[f].append(p)
-    chosen = value_cover(union)
-    return {f: [p for p in points if p in chosen] for f, points in first.items()}
-
-
-def _params(config) -> dict:
-    return {k: v for k, v in config.as_dict().items() if k != "TEMPLATE"}
-
-
 @pytest.mark.parametrize("spec_file", WINOGRAD_SPECS)
 def test_the_winograd_start_points_compile_without_spills(spec_file):
     """Pipelining holds the next step's raw operands in registers: the start points must still fit them. Every
@@ -674,7 +685,7 @@ def test_split_c_compiles_for_sm90_without_spills(layout):
     problem = CONV.problem([1, 64, 56, 56, 64, 3, 3, 1, 1], "float32", layout)
     labels = "split2 split3_p0 split4_cp deep3 deep4_split unroll_full deep2_regs cg2_regs cg3_cp_split cg4_pipe pf_b1"
     labels += " ws_b1 ws_deep3_split ws_t8"
-    compiled_there = set() if full_sweep() else set(label_cover(GOOD))
+    compiled_there = set() if full_sweep() else set(_configuration_labels())
     mine = share(labels.split(), [("NCHW",), ("NHWC",)], (layout,))
     assert set(mine) - compiled_there  # each layout compiles some here
     for label in mine:

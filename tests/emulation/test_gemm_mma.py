@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,8 @@ from autotune.build.templates import render
 from autotune.core.space import Config
 from autotune.kernels import FAMILIES
 from autotune.kernels import gemm_mma as mm
-from autotune.measure.evaluate import Candidate, Settings, render_candidate
+from autotune.measure.evaluate import Candidate, Settings, render_candidate, static_check
+from autotune.tune.spec import load_spec
 from tests.host_cuda import HEADER, MMA_PTX, build, gxx
 from tests.sweep import covering, full_sweep, product
 
@@ -397,15 +399,14 @@ def test_emulated_kernel_with_one_packed_operand(tmp_path, layout, monkeypatch):
     assert err < TOL["float16"], f"relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("spec_file", ["gemm_fp16.yaml", "gemm_bf16.yaml"])
-def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
-    from pathlib import Path
-
-    from autotune.measure.evaluate import static_check
-    from autotune.tune.spec import load_spec
-
+def _mma_starts(spec_file):
     spec = load_spec(Path(__file__).resolve().parents[2] / "configs" / spec_file)
-    starts = [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
+    return spec, [c for c in spec.start_from if c.as_dict()["TEMPLATE"] == "mma"]
+
+
+@pytest.mark.parametrize("spec_file", SPECS := ("gemm_fp16.yaml", "gemm_bf16.yaml"))
+def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_file):
+    spec, starts = _mma_starts(spec_file)
     assert len(starts) >= 3
     # every shape, the odd ones included (their misaligned operands are packed first)
     assert all(GEMM.check_problem("mma", P, p) is None for p in spec.problems)
@@ -418,9 +419,13 @@ def test_the_tensor_core_specs_offer_mma_with_start_points_that_compile(spec_fil
             else:
                 assert reason is None, (config, problem, reason)
     odd = next(p for p in spec.problems if p.label == "4095x4097x4093")
-    # each start point with the aligned or the odd shape, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: both
-    for i, problem in covering(range(len(starts)), [(spec.problems[0],), (odd,)]):
-        config = starts[i]
+    # each start point of the two specs (the same configurations in the other 16-bit dtype) in one spec, with the
+    # aligned or the odd shape, in turn (tests/sweep.py); AUTOTUNE_FULL_SWEEP=1: in both specs, with both shapes
+    keys = {f: [c.key for c in (starts if f == spec_file else _mma_starts(f)[1])] for f in SPECS}
+    combos = [(f, problem) for f in SPECS for problem in (spec.problems[0], odd)]
+    cases = covering(dict.fromkeys(keys[SPECS[0]] + keys[SPECS[1]]), combos, lambda k, combo: k in keys[combo[0]])
+    assert any(f == spec_file for _, f, _ in cases), "this spec compiles none of its start points"
+    for config, problem in [(starts[keys[f].index(k)], problem) for k, f, problem in cases if f == spec_file]:
         c = render_candidate(Candidate("gemm", "auto", problem, config), SETTINGS)
         assert ("_uab_" in c.kernel_name) == (problem is odd)
         r = compile_source(c.source, c.kernel_name, "sm_90")
