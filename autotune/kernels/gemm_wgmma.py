@@ -78,7 +78,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "CONSUMER_REGS": consumer,
         "SPLIT": split(p),
         "MAX_SPLIT": MAX_SPLIT,
-        "EPI_BOXES": int(p.get("EPI_BOXES", 0)),
+        "EPI_BOXES": epi_boxes(p),
         "PINGPONG": pingpong(p),
     }
 
@@ -86,6 +86,11 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
 def pingpong(params: Params) -> bool:
     """Whether the consumers take alternate tiles (each the whole tile); False for configurations without it."""
     return bool(params.get("PINGPONG", False))
+
+
+def epi_boxes(params: Params) -> Any:
+    """EPI_BOXES of a configuration; 0 (the staging holds a consumer's whole rows) when it has none."""
+    return params.get("EPI_BOXES", 0)
 
 
 def consumer_rows(params: Params) -> int:
@@ -97,7 +102,7 @@ def staging_bytes(params: Params) -> int:
     """The TMA store's staging in shared memory: each consumer's rows, whole or EPI_BOXES boxes of 64 columns."""
     if not params["TMA_STORE"]:
         return 0
-    boxes = int(params.get("EPI_BOXES", 0)) or params["BN"] // 64
+    boxes = epi_boxes(params) or params["BN"] // 64
     return params["CONSUMERS"] * boxes * consumer_rows(params) * 128
 
 
@@ -120,7 +125,7 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"{rows} must be 64 or 128 rows (one or two m64 wgmmas per consumer)"
     if consumer_rows(p) // 64 * p["BN"] // 2 > MAX_ACCUMULATORS:
         return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: {rows} x BN above 64 x 256"
-    if p.get("EPI_BOXES", 0) not in EPI_BOXES or (p.get("EPI_BOXES", 0) and not p["TMA_STORE"]):
+    if epi_boxes(p) not in EPI_BOXES or (epi_boxes(p) and not p["TMA_STORE"]):
         return "EPI_BOXES must be 1 or 2, with TMA_STORE (or 0: the staging holds a consumer's whole rows)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
