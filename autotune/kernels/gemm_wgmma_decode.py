@@ -126,8 +126,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if x_as_m(p):
         if p["BW"] % p["CONSUMERS"] or p["BW"] // p["CONSUMERS"] not in X_AS_M_ROWS:
             return "with X_AS_M, BW / CONSUMERS must be a multiple of 8 rows of W from 8 to 128 (the wgmma's N)"
-        if p["MB"] != 64 or split_x(p) or stage_c(p):
-            return "X_AS_M needs MB = 64 (x's rows are the wgmma's M), and not SPLIT_X or STAGE_C"
+        if p["MB"] != 64 or split_x(p):
+            return "X_AS_M needs MB = 64 (x's rows are the wgmma's M), and not SPLIT_X"
     elif split_x(p):
         if p["CONSUMERS"] != 2:
             return "SPLIT_X needs CONSUMERS = 2 (the two consumer warpgroups split x's rows)"

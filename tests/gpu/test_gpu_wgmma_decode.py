@@ -60,6 +60,8 @@ CONFIGS = [
     dict(BW=112, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, X_AS_M=True),  # m64n56 a consumer: tiles no power of 2
     dict(BW=32, MB=64, CONSUMERS=1, STAGES=12, SPLIT_K=3, CLUSTER=True, X_AS_M=True),  # pairs of columns summed
     dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2, X_AS_M=True),  # clusters of 2 x 2
+    dict(BW=112, MB=64, CONSUMERS=1, STAGES=10, SPLIT_K=1, X_AS_M=True, STAGE_C=True),  # pairs staged, 16-byte rows
+    dict(BW=48, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=3, X_AS_M=True, STAGE_C=True),  # the global sum's last block
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW (nor of 8: C's rows not whole 16 bytes); K
 # no multiple of a stage, shorter than the splits, or long (the Llama MLP's down projection)

@@ -283,6 +283,8 @@ def test_split_x_must_be_a_bool():
         (dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=3, STAGE_C=True), "float16"),
         (dict(BW=128, MB=16, CONSUMERS=1, STAGES=6, SPLIT_K=1, SHARE_X=2, STAGE_C=True), "bfloat16"),
         (dict(BW=256, MB=128, CONSUMERS=2, STAGES=4, SPLIT_K=2, STAGE_C=True), "float16"),
+        (dict(BW=112, MB=64, CONSUMERS=1, STAGES=10, SPLIT_K=1, X_AS_M=True, STAGE_C=True), "float16"),
+        (dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, X_AS_M=True, STAGE_C=True), "bfloat16"),
     ],  # fmt: skip
 )
 def test_stage_c_stores_c_through_the_ring_and_compiles_for_sm90a_without_spills(params, dtype):
@@ -290,7 +292,9 @@ def test_stage_c_stores_c_through_the_ring_and_compiles_for_sm90a_without_spills
     sum), which stores whole rows of 8 as 16-byte vectors; off, the source is the plain one (checked above)."""
     assert wd.check(params) is None
     r = rendered(params, dtype=dtype)
-    assert r.kernel_name.endswith("_stage_c1") and "*reinterpret_cast<uint4*>(dst) =" in r.source
+    assert r.kernel_name.endswith(("_stage_c1", "_stage_c1_x_as_m1")) and "*reinterpret_cast<uint4*>(dst) =" in r.source
+    if wd.x_as_m(params):  # the fragment's pairs of neighbouring columns staged as float2s
+        assert "*reinterpret_cast<float2*>(tile + m * SROW + n) =" in r.source
     calls = r.source.count("stage_store_c(acc, reinterpret_cast<float*>(ring), C, M, N")
     assert calls == 2 and "  store_c(acc, C" not in r.source  # SPLIT_K 1's and the global sum's (if constexpr)
     assert_compiles_for_sm90(r)
@@ -344,7 +348,7 @@ def test_x_as_m_makes_x_the_wgmmas_m_and_compiles_for_sm90a_without_spills(param
     [
         (dict(MB=32), ["X_AS_M needs MB = 64"]),
         (dict(SPLIT_X=True, CONSUMERS=2, BW=64), ["X_AS_M", "not SPLIT_X"]),
-        (dict(STAGE_C=True), ["X_AS_M", "STAGE_C"]),
+        (dict(STAGE_C=True, SPLIT_K=2, CLUSTER=True), ["STAGE_C", "not with CLUSTER"]),
         (dict(BW=36), ["with X_AS_M, BW / CONSUMERS must be a multiple of 8 rows of W from 8 to 128"]),
         (dict(BW=256, STAGES=4), ["with X_AS_M, BW / CONSUMERS must be"]),
     ],  # fmt: skip
