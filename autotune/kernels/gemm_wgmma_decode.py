@@ -12,8 +12,9 @@ stage of x from L2 at once; with SPLIT_X (optional, default off) the two consume
 instead of W's; with STAGE_C (optional, default off) a block's tile of C is stored through shared memory in 16-byte
 vectors; with X_AS_M (optional, default off; MB 64) the roles are not swapped: x's 64 rows are the wgmma's M and a
 block's BW rows of W (8 to 128 a consumer, a multiple of 8) its N, so narrow tiles of W fill the GPU without split-K;
-with X_AS_M it also computes layout NN (B stored K x N, read N-major in 64-column boxes). Every check here is
-mirrored by a ``static_assert``.
+with X_AS_M it also computes layout NN (B stored K x N, read N-major in 64-column boxes); with KBOXES (optional,
+default 1) a stage holds 2 or 4 boxes of 64 K, so each row of W is asked for 256 or 512 neighbouring bytes at once.
+Every check here is mirrored by a ``static_assert``.
 
 Example::
 
@@ -33,11 +34,12 @@ from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
 PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X", "STAGE_C",
-          "X_AS_M")  # fmt: skip
-# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X, STAGE_C and X_AS_M came after winners were stored: at their defaults
-# (or absent) the kernel renders and is named as before they existed
+          "X_AS_M", "KBOXES")  # fmt: skip
+# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X, STAGE_C, X_AS_M and KBOXES came after winners were stored: at their
+# defaults (or absent) the kernel renders and is named as before they existed
 DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False),
-                                          ("SPLIT_X", False), ("STAGE_C", False), ("X_AS_M", False))  # fmt: skip
+                                          ("SPLIT_X", False), ("STAGE_C", False), ("X_AS_M", False),
+                                          ("KBOXES", 1))  # fmt: skip
 KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"))
 DESCRIPTION = (
     "sm_90a decode in nn.Linear's layout (NT; NN with X_AS_M): W streamed once by TMA, split-K over blocks or a cluster"
@@ -51,6 +53,7 @@ X_AS_M_ROWS = tuple(range(8, 129, 8))  # X_AS_M: rows of W a consumer (the wgmma
 MAX_STAGES = 24  # shared memory holds 24 only of the smallest stage (BW 64, MB 8: 9 KiB); past 12 came later
 MAX_SPLIT_K = 64
 SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
+KBOXES = (1, 2, 4)  # boxes of 64 K (of W and of x) a stage
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
@@ -90,6 +93,16 @@ def x_as_m(params: Params) -> bool:
     return bool(params.get("X_AS_M", False))
 
 
+def kboxes(params: Params) -> int:
+    """KBOXES of a configuration; 1 (a stage is one box of 64 K) when it has none."""
+    return params.get("KBOXES", 1)
+
+
+def stage_bytes(params: Params) -> int:
+    """Bytes of a stage of the ring: KBOXES boxes of 64 K of W's BW rows and of x's MB rows, 2 bytes each."""
+    return (params["BW"] + params["MB"]) * BK * 2 * kboxes(params)
+
+
 def cluster_blocks(params: Params) -> int:
     """Blocks of a thread-block cluster: the group sharing x or W, times SPLIT_K with CLUSTER; 1 for none."""
     return share_x(params) * share_w(params) * (params["SPLIT_K"] if cluster(params) else 1)
@@ -97,11 +110,10 @@ def cluster_blocks(params: Params) -> int:
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     p = params
-    stage = (p["BW"] + p["MB"]) * BK * 2
-    shared = p["STAGES"] * stage + 1024 + 16 * p["STAGES"] + 16
+    shared = p["STAGES"] * stage_bytes(p) + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
             "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p),
-            "STAGE_C": stage_c(p), "X_AS_M": x_as_m(p)}  # fmt: skip
+            "STAGE_C": stage_c(p), "X_AS_M": x_as_m(p), "KBOXES": kboxes(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -143,6 +155,10 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if not 1 <= p["SPLIT_K"] <= MAX_SPLIT_K:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
+    if kboxes(p) not in KBOXES or isinstance(kboxes(p), bool):
+        return f"KBOXES must be one of {', '.join(map(str, KBOXES))} (boxes of 64 K a stage)"
+    if kboxes(p) > 1 and share_x(p) * share_w(p) > 1:
+        return "KBOXES above 1 is not with SHARE_X or SHARE_W (a stage's boxes are copied by the block alone)"
     d = derived(p)
     if d["SHARED_BYTES"] > limits.max_shared_per_block:
         need, most = d["SHARED_BYTES"], limits.max_shared_per_block
@@ -160,7 +176,7 @@ def check_stage_c(params: Params) -> str | None:
         return None
     if cluster(p):
         return "STAGE_C stages a block's whole tile of C: not with CLUSTER, whose blocks each store a share"
-    if p["MB"] * (p["BW"] + 4) * 4 > p["STAGES"] * (p["BW"] + p["MB"]) * BK * 2:
+    if p["MB"] * (p["BW"] + 4) * 4 > p["STAGES"] * stage_bytes(p):
         return "STAGE_C needs the staged tile of C (MB x (BW + 4) floats) to fit in the ring of STAGES stages"
     return None
 
@@ -198,7 +214,7 @@ def check_cluster(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if not 2 <= p["SPLIT_K"] <= limits.cluster_blocks:
         most = limits.cluster_blocks
         return f"CLUSTER needs SPLIT_K = 2 to {most} (the tile's blocks form one portable cluster)"
-    if p["BW"] * p["MB"] * 4 > p["STAGES"] * (p["BW"] + p["MB"]) * BK * 2:
+    if p["BW"] * p["MB"] * 4 > p["STAGES"] * stage_bytes(p):
         return "CLUSTER needs the partial tile (BW x MB floats) to fit in the ring of STAGES stages"
     return None
 
@@ -210,7 +226,7 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
     if problem.layout not in LAYOUTS:
         return f"wgmma_decode computes layouts NT (nn.Linear's: B stored N x K) and NN, not {problem.layout}"
     if problem.layout == "NN":
-        why = check_nn(params, problem)
+        why = "in layout NN, KBOXES must be 1" if kboxes(params) > 1 else check_nn(params, problem)
         if why:
             return why
     if problem.K % 8:

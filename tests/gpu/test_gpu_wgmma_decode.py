@@ -62,6 +62,10 @@ CONFIGS = [
     dict(BW=64, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=2, CLUSTER=True, SHARE_X=2, X_AS_M=True),  # clusters of 2 x 2
     dict(BW=112, MB=64, CONSUMERS=1, STAGES=10, SPLIT_K=1, X_AS_M=True, STAGE_C=True),  # pairs staged, 16-byte rows
     dict(BW=48, MB=64, CONSUMERS=2, STAGES=8, SPLIT_K=3, X_AS_M=True, STAGE_C=True),  # the global sum's last block
+    dict(BW=128, MB=8, CONSUMERS=1, STAGES=3, SPLIT_K=1, KBOXES=2),  # two boxes of 64 K a stage
+    dict(BW=64, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, KBOXES=4),  # K no multiple of a stage's 256
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=3, X_AS_M=True, STAGE_C=True, KBOXES=2),  # the global sum
+    dict(BW=128, MB=32, CONSUMERS=2, STAGES=3, SPLIT_K=3, ROTATE=True, KBOXES=2),  # runs of stages from an offset
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW (nor of 8: C's rows not whole 16 bytes); K
 # no multiple of a stage, shorter than the splits, or long (the Llama MLP's down projection)
@@ -78,7 +82,8 @@ def _label(p):
     label = "bw{BW}-mb{MB}-c{CONSUMERS}-s{STAGES}-sk{SPLIT_K}".format(**p) + ("-cluster" if p.get("CLUSTER") else "")
     label += "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
     label += ("-rotate" if p.get("ROTATE") else "") + ("-split-x" if p.get("SPLIT_X") else "")
-    return label + ("-stage-c" if p.get("STAGE_C") else "") + ("-x-as-m" if p.get("X_AS_M") else "")
+    label += ("-stage-c" if p.get("STAGE_C") else "") + ("-x-as-m" if p.get("X_AS_M") else "")
+    return label + (f"-kboxes{p['KBOXES']}" if p.get("KBOXES", 1) > 1 else "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -89,7 +94,7 @@ def test_wgmma_decode_cluster_and_mb128_are_correct_on_odd_shapes(settings, dtyp
     assert not failures, "\n".join(failures)
 
 
-RELAUNCHED = (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30, 33, 34, 35, 37, 38)
+RELAUNCHED = (0, 2, 7, 9, 11, 15, 16, 19, 22, 24, 27, 28, 30, 33, 34, 35, 37, 38, 42, 43)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -417,3 +417,51 @@ def test_layout_nn_builds_b_s_tensor_map_n_major(monkeypatch):
     maps._map(0, 1 << 20)
     maps._map(1, 2 << 20)
     assert calls == [(2048, 16, 4096, (64, 64)), (4096, 2048, 8192, (64, 64))]
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "boxes"),
+    [
+        (dict(BW=128, MB=8, CONSUMERS=1, STAGES=3, SPLIT_K=1, KBOXES=2), "float16", 2),
+        (dict(BW=64, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, KBOXES=2), "bfloat16", 2),
+        (dict(BW=112, MB=64, CONSUMERS=1, STAGES=2, SPLIT_K=1, X_AS_M=True, STAGE_C=True, KBOXES=4), "float16", 4),
+        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, X_AS_M=True, KBOXES=2), "bfloat16", 2),
+        (dict(BW=64, MB=16, CONSUMERS=1, STAGES=2, SPLIT_K=3, ROTATE=True, KBOXES=4), "float16", 4),
+    ],  # fmt: skip
+)
+def test_kboxes_copies_boxes_of_64_k_side_by_side_and_compiles_for_sm90a_without_spills(params, dtype, boxes):
+    """A stage of KBOXES boxes: the producer copies each box of W and of x, the consumers take 4 k-steps of each, the
+    ring holds KBOXES times the bytes a stage, and K is walked in stages of 64 KBOXES; at 1 the source is as before."""
+    assert wd.check(params) is None
+    r = rendered(params, shape=(params["MB"], 4104, 4104), dtype=dtype)
+    assert r.kernel_name.endswith(f"_kboxes{boxes}") and f"constexpr int KBOXES = {boxes};" in r.source
+    assert "for (int jb = 0; jb < KBOXES * BK / 16; ++jb)" in r.source
+    assert "(K + KBOXES * BK - 1) / (KBOXES * BK)" in r.source
+    one = wd.derived(dict(params, KBOXES=1))["SHARED_BYTES"] - 1024 - 16 * params["STAGES"] - 16
+    assert wd.derived(params)["SHARED_BYTES"] - 1024 - 16 * params["STAGES"] - 16 == boxes * one
+    assert_compiles_for_sm90(r)
+    shape = (params["MB"], 4104, 4104)
+    plain = rendered(dict(params, KBOXES=1), shape=shape, dtype=dtype)
+    absent = rendered({k: v for k, v in params.items() if k != "KBOXES"}, shape=shape, dtype=dtype)
+    assert "KBOXES" not in plain.source and plain.source == absent.source
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(KBOXES=3), ["KBOXES must be one of 1, 2, 4"]),
+        (dict(KBOXES=2, SHARE_X=2), ["KBOXES", "not with SHARE_X or SHARE_W"]),
+        (dict(KBOXES=4, STAGES=12), ["12 stages need", "shared memory"]),
+    ],  # fmt: skip
+)
+def test_a_kboxes_the_template_cannot_build_is_refused_by_the_check_and_the_template(change, words):
+    p = {**dict(BW=128, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=1), **change}
+    assert_refused_twice(wd, lambda q, _layout: rendered(q), p, words)
+
+
+def test_kboxes_must_be_a_count_and_is_refused_in_layout_nn():
+    flag = dict(BW=128, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=1, KBOXES=True)
+    assert "KBOXES must be one of 1, 2, 4" in wd.check(flag)
+    p = dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=1, X_AS_M=True, KBOXES=2)
+    assert wd.check(p) is None
+    assert "KBOXES must be 1" in wd.check_problem(p, GEMM.problem([64, 4096, 4096], "float16", "NN"))
