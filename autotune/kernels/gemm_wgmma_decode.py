@@ -13,7 +13,8 @@ instead of W's; with STAGE_C (optional, default off) a block's tile of C is stor
 vectors; with X_AS_M (optional, default off; MB 64) the roles are not swapped: x's 64 rows are the wgmma's M and a
 block's BW rows of W (8 to 128 a consumer, a multiple of 8) its N, so narrow tiles of W fill the GPU without split-K;
 with X_AS_M it also computes layout NN (B stored K x N, read N-major in 64-column boxes); with KBOXES (optional,
-default 1) a stage holds 2 or 4 boxes of 64 K, so each row of W is asked for 256 or 512 neighbouring bytes at once.
+default 1) a stage holds 2 or 4 boxes of 64 K, so each row of W is asked for 256 or 512 neighbouring bytes at once;
+W_PROMOTION (optional, default 256) is the L2 promotion of W's tensor map in bytes (0: none).
 Every check here is mirrored by a ``static_assert``.
 
 Example::
@@ -34,13 +35,14 @@ from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
 PARAMS = ("BW", "MB", "CONSUMERS", "STAGES", "SPLIT_K", "CLUSTER", "SHARE_X", "SHARE_W", "ROTATE", "SPLIT_X", "STAGE_C",
-          "X_AS_M", "KBOXES")  # fmt: skip
-# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X, STAGE_C, X_AS_M and KBOXES came after winners were stored: at their
-# defaults (or absent) the kernel renders and is named as before they existed
+          "X_AS_M", "KBOXES", "W_PROMOTION")  # fmt: skip
+# CLUSTER, SHARE_X, SHARE_W, ROTATE, SPLIT_X, STAGE_C, X_AS_M, KBOXES and W_PROMOTION came after winners were
+# stored: at their defaults (or absent) the kernel renders and is named as before they existed
 DEFAULTS: tuple[tuple[str, Any], ...] = (("CLUSTER", False), ("SHARE_X", 1), ("SHARE_W", 1), ("ROTATE", False),
                                           ("SPLIT_X", False), ("STAGE_C", False), ("X_AS_M", False),
-                                          ("KBOXES", 1))  # fmt: skip
-KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"))
+                                          ("KBOXES", 1), ("W_PROMOTION", 256))  # fmt: skip
+KINDS = (("CLUSTER", "bool"), ("ROTATE", "bool"), ("SPLIT_X", "bool"), ("STAGE_C", "bool"), ("X_AS_M", "bool"),
+         ("W_PROMOTION", "int>=0"))  # fmt: skip
 DESCRIPTION = (
     "sm_90a decode in nn.Linear's layout (NT; NN with X_AS_M): W streamed once by TMA, split-K over blocks or a cluster"
 )
@@ -54,6 +56,7 @@ MAX_STAGES = 24  # shared memory holds 24 only of the smallest stage (BW 64, MB 
 MAX_SPLIT_K = 64
 SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
 KBOXES = (1, 2, 4)  # boxes of 64 K (of W and of x) a stage
+PROMOTIONS = {0: 0, 64: 1, 128: 2, 256: 3}  # W_PROMOTION bytes: cuda.h's CU_TENSOR_MAP_L2_PROMOTION_*
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
@@ -98,6 +101,11 @@ def kboxes(params: Params) -> int:
     return params.get("KBOXES", 1)
 
 
+def w_promotion(params: Params) -> int:
+    """W_PROMOTION of a configuration: the bytes W's tensor map asks L2 to fetch a miss as; 256 when it has none."""
+    return params.get("W_PROMOTION", 256)
+
+
 def stage_bytes(params: Params) -> int:
     """Bytes of a stage of the ring: KBOXES boxes of 64 K of W's BW rows and of x's MB rows, 2 bytes each."""
     return (params["BW"] + params["MB"]) * BK * 2 * kboxes(params)
@@ -113,7 +121,8 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
     shared = p["STAGES"] * stage_bytes(p) + 1024 + 16 * p["STAGES"] + 16
     return {"THREADS": 128 * (p["CONSUMERS"] + 1), "SHARED_BYTES": shared, "CLUSTER": cluster(p),
             "SHARE_X": share_x(p), "SHARE_W": share_w(p), "ROTATE": rotate(p), "SPLIT_X": split_x(p),
-            "STAGE_C": stage_c(p), "X_AS_M": x_as_m(p), "KBOXES": kboxes(p)}  # fmt: skip
+            "STAGE_C": stage_c(p), "X_AS_M": x_as_m(p), "KBOXES": kboxes(p),
+            "W_PROMOTION": w_promotion(p)}  # fmt: skip
 
 
 def accumulators(params: Params) -> int:
@@ -157,6 +166,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
     if kboxes(p) not in KBOXES or isinstance(kboxes(p), bool):
         return f"KBOXES must be one of {', '.join(map(str, KBOXES))} (boxes of 64 K a stage)"
+    if w_promotion(p) not in PROMOTIONS or isinstance(w_promotion(p), bool):
+        return f"W_PROMOTION must be one of {', '.join(map(str, PROMOTIONS))} (bytes of an L2 fetch of W; 0: none)"
     if kboxes(p) > 1 and share_x(p) * share_w(p) > 1:
         return "KBOXES above 1 is not with SHARE_X or SHARE_W (a stage's boxes are copied by the block alone)"
     d = derived(p)
@@ -284,6 +295,7 @@ class TensorMaps(LaunchBound):
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem, self.mb, self.bw = problem, params["MB"] // share_x(params), params["BW"] // share_w(params)
+        self.w_promotion = PROMOTIONS[w_promotion(params)]  # cuda.h's enum for W's map; x's is 256 bytes
         self._maps: tuple[dict[int, Any], dict[int, Any]] = ({}, {})
 
     def bind(self, a: Any, b: Any) -> tuple[Any, Any]:
@@ -298,10 +310,11 @@ class TensorMaps(LaunchBound):
             p = self.problem
             dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
             if which == 1 and p.layout == "NN":  # B stored K x N: 64 columns x 64 rows (of K) a box
-                found = tiled_2d(ptr, p.N, p.K, p.N * 2, (64, BK), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+                found = tiled_2d(ptr, p.N, p.K, p.N * 2, (64, BK), SWIZZLE_128B, self.w_promotion, dtype)
             else:
                 rows, box_rows = (p.M, self.mb) if which == 0 else (p.N, self.bw)
-                found = tiled_2d(ptr, p.K, rows, p.K * 2, (BK, box_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+                promotion = L2_PROMOTION_256B if which == 0 else self.w_promotion
+                found = tiled_2d(ptr, p.K, rows, p.K * 2, (BK, box_rows), SWIZZLE_128B, promotion, dtype)
             if len(cache) >= 8:
                 cache.clear()
             cache[ptr] = found
@@ -356,9 +369,10 @@ class WgmmaDecodeTemplate(GemmTemplate):
             "alpha, float beta, float* partial, unsigned* counters, CUtensorMap xmap, CUtensorMap wmap), the scratch "
             "sized by scratch_floats/scratch_counters, counters zeroed once (the kernel leaves them zero); the maps by "
             "value (__grid_constant__) from cuTensorMapEncodeTiled with the dtype's 16-bit type, element strides {1, "
-            "1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, "
-            "box {64, MB / SHARE_X}; W (B) dims {K, N}, stride {K*2}, box {64, BW / SHARE_W} (layout NN: dims {N, "
-            "K}, stride {N*2}, box {64, 64}). Grid (ceil(ceil(N/BW) / SHARE_X) * SHARE_X * SPLIT_K, ceil(ceil(M/MB) "
+            "1}, CU_TENSOR_MAP_SWIZZLE_128B, OOB fill none: x (A) dims {K, M}, stride {K*2} bytes, box {64, MB / "
+            "SHARE_X}, L2 promotion 256B; W (B) dims {K, N}, stride {K*2}, box {64, BW / SHARE_W} (layout NN: dims "
+            "{N, K}, stride {N*2}, box {64, 64}), L2 promotion W_PROMOTION bytes (0: none; 256 if absent). Grid "
+            "(ceil(ceil(N/BW) / SHARE_X) * SHARE_X * SPLIT_K, ceil(ceil(M/MB) "
             "/ SHARE_W) * SHARE_W, 1), block 128 * (CONSUMERS + 1) threads; with CLUSTER no scratch is used; with "
             "CLUSTER, SHARE_X or SHARE_W the kernel carries its "
             "__cluster_dims__."

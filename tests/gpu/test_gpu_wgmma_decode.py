@@ -66,6 +66,8 @@ CONFIGS = [
     dict(BW=64, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, KBOXES=4),  # K no multiple of a stage's 256
     dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=3, X_AS_M=True, STAGE_C=True, KBOXES=2),  # the global sum
     dict(BW=128, MB=32, CONSUMERS=2, STAGES=3, SPLIT_K=3, ROTATE=True, KBOXES=2),  # runs of stages from an offset
+    dict(BW=64, MB=8, CONSUMERS=1, STAGES=5, SPLIT_K=2, CLUSTER=True, KBOXES=2, W_PROMOTION=0),  # W's map: none
+    dict(BW=112, MB=64, CONSUMERS=1, STAGES=5, SPLIT_K=1, X_AS_M=True, STAGE_C=True, W_PROMOTION=128),
 ]
 # M past MB (a second row of blocks) or short of it; N no multiple of BW (nor of 8: C's rows not whole 16 bytes); K
 # no multiple of a stage, shorter than the splits, or long (the Llama MLP's down projection)
@@ -83,7 +85,8 @@ def _label(p):
     label += "".join(f"-{k[-1].lower()}{p[k]}" for k in ("SHARE_X", "SHARE_W") if p.get(k, 1) > 1)
     label += ("-rotate" if p.get("ROTATE") else "") + ("-split-x" if p.get("SPLIT_X") else "")
     label += ("-stage-c" if p.get("STAGE_C") else "") + ("-x-as-m" if p.get("X_AS_M") else "")
-    return label + (f"-kboxes{p['KBOXES']}" if p.get("KBOXES", 1) > 1 else "")
+    label += f"-kboxes{p['KBOXES']}" if p.get("KBOXES", 1) > 1 else ""
+    return label + (f"-w-promotion{p['W_PROMOTION']}" if p.get("W_PROMOTION", 256) != 256 else "")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -115,6 +118,7 @@ NN_CONFIGS = [
     dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=1, ROTATE=True, X_AS_M=True),
     dict(BW=256, MB=64, CONSUMERS=2, STAGES=4, SPLIT_K=8, CLUSTER=True, X_AS_M=True),  # K summed in clusters of 8
     dict(BW=128, MB=64, CONSUMERS=1, STAGES=6, SPLIT_K=4, CLUSTER=True, SHARE_X=2, X_AS_M=True),  # of 4 x 2
+    dict(BW=64, MB=64, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True, X_AS_M=True, W_PROMOTION=0),  # B's map: none
 ]
 # layout NN: N a multiple of 8 (B's rows whole 16 bytes), no multiple of 64 (a box past N) at 1000, 4104 and 264
 NN_SHAPES = [(33, 1000, 1000), (50, 4104, 4088), (64, 4096, 4096), (100, 264, 14344), (1, 8, 8), (8, 4096, 4096),

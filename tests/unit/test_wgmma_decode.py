@@ -465,3 +465,21 @@ def test_kboxes_must_be_a_count_and_is_refused_in_layout_nn():
     p = dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=1, X_AS_M=True, KBOXES=2)
     assert wd.check(p) is None
     assert "KBOXES must be 1" in wd.check_problem(p, GEMM.problem([64, 4096, 4096], "float16", "NN"))
+
+
+def test_w_promotion_names_the_kernel_and_sets_only_ws_tensor_map():
+    """W_PROMOTION is the L2 promotion of W's tensor map (host side): 256 (or absent) renders as before; another
+    value names the kernel and its comment line, and TensorMaps asks cuda.h's enum of it for W, 256 bytes for x."""
+    base = dict(BW=64, MB=8, CONSUMERS=1, STAGES=8, SPLIT_K=2, CLUSTER=True)
+    assert rendered(dict(base, W_PROMOTION=256)).source == rendered(base).source
+    for value, enum in ((0, 0), (64, 1), (128, 2)):
+        r = rendered(dict(base, W_PROMOTION=value))
+        assert r.kernel_name.endswith(f"_w_promotion{value}") and f"  w_promotion {value}\n" in r.source
+        assert r.source.replace(f"  w_promotion {value}", "").replace(r.kernel_name, "") == rendered(
+            base
+        ).source.replace(rendered(base).kernel_name, "")
+        problem = GEMM.problem([4, 4096, 4096], "float16", "NT")
+        assert wd.TensorMaps(dict(base, W_PROMOTION=value), problem).w_promotion == enum
+    assert wd.TensorMaps(base, GEMM.problem([4, 4096, 4096], "float16", "NT")).w_promotion == 3
+    assert "W_PROMOTION must be one of 0, 64, 128, 256" in wd.check(dict(base, W_PROMOTION=32))
+    assert "W_PROMOTION must be one of" in wd.check(dict(base, W_PROMOTION=True))
