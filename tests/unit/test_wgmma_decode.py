@@ -422,10 +422,8 @@ def test_layout_nn_builds_b_s_tensor_map_n_major(monkeypatch):
 @pytest.mark.parametrize(
     ("params", "dtype", "boxes"),
     [
-        (dict(BW=128, MB=8, CONSUMERS=1, STAGES=3, SPLIT_K=1, KBOXES=2), "float16", 2),
         (dict(BW=64, MB=16, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, KBOXES=2), "bfloat16", 2),
         (dict(BW=112, MB=64, CONSUMERS=1, STAGES=2, SPLIT_K=1, X_AS_M=True, STAGE_C=True, KBOXES=4), "float16", 4),
-        (dict(BW=64, MB=64, CONSUMERS=1, STAGES=4, SPLIT_K=2, CLUSTER=True, X_AS_M=True, KBOXES=2), "bfloat16", 2),
         (dict(BW=64, MB=16, CONSUMERS=1, STAGES=2, SPLIT_K=3, ROTATE=True, KBOXES=4), "float16", 4),
     ],  # fmt: skip
 )
