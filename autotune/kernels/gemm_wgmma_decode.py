@@ -166,7 +166,7 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"SPLIT_K must be 1 to {MAX_SPLIT_K}"
     if kboxes(p) not in KBOXES or isinstance(kboxes(p), bool):
         return f"KBOXES must be one of {', '.join(map(str, KBOXES))} (boxes of 64 K a stage)"
-    if w_promotion(p) not in PROMOTIONS or isinstance(w_promotion(p), bool):
+    if w_promotion(p) not in tuple(PROMOTIONS) or isinstance(w_promotion(p), bool):
         return f"W_PROMOTION must be one of {', '.join(map(str, PROMOTIONS))} (bytes of an L2 fetch of W; 0: none)"
     if kboxes(p) > 1 and share_x(p) * share_w(p) > 1:
         return "KBOXES above 1 is not with SHARE_X or SHARE_W (a stage's boxes are copied by the block alone)"

@@ -481,3 +481,4 @@ def test_w_promotion_names_the_kernel_and_sets_only_ws_tensor_map():
     assert wd.TensorMaps(base, GEMM.problem([4, 4096, 4096], "float16", "NT")).w_promotion == 3
     assert "W_PROMOTION must be one of 0, 64, 128, 256" in wd.check(dict(base, W_PROMOTION=32))
     assert "W_PROMOTION must be one of" in wd.check(dict(base, W_PROMOTION=True))
+    assert "W_PROMOTION must be one of" in wd.check(dict(base, W_PROMOTION=[256]))  # a corrupt entry: no TypeError
