@@ -65,6 +65,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "against the journal default", quick=("--quick",), needs=("cupy", "optuna", "sqlalchemy")),
     Benchmark("triton_baseline", "triton_baseline.py", "the tensor-core GEMM against cuBLAS and an autotuned Triton "
               "tl.dot matmul, one process", quick=("--quick",), needs=("cupy", "torch", "triton")),
+    Benchmark("power_ceiling", "power_ceiling.py", "large fp16/bf16 GEMM, ours and cuBLAS, beside the tensor cores' "
+              "own rate under the card's power cap (sustained, NVML clocks and energy)", quick=("--quick",),
+              needs=("cupy", "pynvml"), outputs="power_ceiling_*"),
     Benchmark("fp32_accuracy", "fp32_accuracy.py", "the stored fp32 winners' error against cuBLAS SGEMM's on the same "
               "inputs, normal and wide-range", quick=("--shapes", "1000x1000x1000"), outputs="fp32_accuracy_*"),
     Benchmark("replay_vs_kernel_tuner", "replay_vs_kernel_tuner.py", "search strategies replayed on recorded spaces "

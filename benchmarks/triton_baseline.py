@@ -5,9 +5,12 @@
 Triton's kernel is the standard blocked matmul (grouped launch order, fp32 accumulator), autotuned by Triton over
 the 12 configurations below at the first call of each shape. Ours: the best verified of this GPU's stored winner
 (tuned/) and the candidate configurations below (wgmma where the rows are whole 16 bytes, mma otherwise), each
-verified against float64 on fresh inputs before it is timed. Every time is the median of event-timed launches with
-L2 flushed before each (autotune.measure.bench.time_launches); Triton's and cuBLAS's outputs are checked against float64
-too. Writes <out>/triton_baseline.{json,csv} with the GPU, versions and date inside.
+verified against float64 on fresh inputs before it is timed. Then the chosen kernel, cuBLAS (torch.matmul) and
+Triton are timed in --rounds interleaved rounds (ours, cuBLAS, Triton; the next round in reverse order), each turn
+the median of event-timed launches with L2 flushed before each (autotune.measure.bench.time_launches), so a clock
+that falls as the card heats lands on every side alike; the ratios are the medians of the rounds' ratios, the
+times the median round's. Triton's and cuBLAS's outputs are checked against float64 too. Writes
+<out>/triton_baseline.{json,csv} with the GPU, versions and date inside.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import csv
 import datetime as dt
 import json
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +31,7 @@ from autotune.core.device import current_gpu  # noqa: E402
 from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.measure.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
-from autotune.measure.evaluate import Candidate, Settings, evaluate  # noqa: E402
+from autotune.measure.evaluate import Candidate, Settings, evaluate, prepare, verified_run  # noqa: E402
 from autotune.measure.verify import tolerance_for  # noqa: E402
 from autotune.results.store import read, tuned_file  # noqa: E402
 
@@ -94,7 +98,7 @@ def triton_matmul():
 
 def ours(problem, settings, stored):
     """The fastest verified of our candidates for this problem, the stored winner (tuned/) first: (TrialResult,
-    template)."""
+    template, params)."""
     best = None
     entry = stored.get(f"{problem.dtype}/{problem.layout}/{problem.label}")
     plan = [(entry["template"], [entry["params"]])] if entry else []
@@ -104,15 +108,30 @@ def ours(problem, settings, stored):
                 continue
             r = evaluate(Candidate("gemm", template, problem, Config.of(params)), settings)
             if r.ok and (best is None or r.median_ms < best[0].median_ms):
-                best = (r, template)
+                best = (r, template, params)
     return best
 
 
-def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, plan: TimingPlan, stored) -> dict:
+def interleaved(turns: dict, flush: L2Flusher, plan: TimingPlan, rounds: int) -> dict[str, list[float]]:
+    """Each side's median ms in every round, the sides' order reversed every other round."""
+    names = list(turns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names if r % 2 == 0 else names[::-1]:
+            times[n].append(time_launches(turns[n], flush, plan).median_ms)
+    return times
+
+
+def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, plan: TimingPlan, stored,
+            rounds: int) -> dict:  # fmt: skip
     import torch
 
     problem = GEMM.problem(shape, dtype)
     found = ours(problem, settings, stored)
+    run = None
+    if found:  # the chosen kernel again, verified on fresh inputs, as a launch to interleave with the others
+        checked = verified_run(prepare(Candidate("gemm", found[1], problem, Config.of(found[2])), settings), settings)
+        run = checked[0] if isinstance(checked, tuple) else None
     tdt = torch.float16 if dtype == "float16" else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(7)
     a = torch.randn(problem.M, problem.K, device="cuda", dtype=tdt, generator=g)
@@ -122,21 +141,25 @@ def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, pl
     mm(a, b, c_tr)
     c_cu = a @ b
     err = {name: float((x.double() - ref).norm() / ref.norm()) for name, x in (("triton", c_tr), ("cublas", c_cu))}
-    t_tr = time_launches(lambda: mm(a, b, c_tr), flush, plan)
-    t_cu = time_launches(lambda: torch.matmul(a, b, out=c_cu), flush, plan)
-    ms_ours = found[0].median_ms if found else None
+    turns = {"ours": run} if run else {}
+    turns.update(cublas=lambda: torch.matmul(a, b, out=c_cu), triton=lambda: mm(a, b, c_tr))
+    times = interleaved(turns, flush, plan, rounds)
+    mid = {n: statistics.median(t) for n, t in times.items()}
+    ms_ours = mid.get("ours")
     tf = problem.flops / 1e9
+
+    def ratio(other):
+        return statistics.median(o / s for s, o in zip(times["ours"], times[other], strict=True)) if run else None
 
     def tflops(ms):
         return tf / ms if ms else None
 
     return {"shape": shape, "dtype": dtype, "ours_template": found[1] if found else None,
             "ours_kernel": found[0].kernel_name if found else None, "ours_error": found[0].error if found else None,
-            "ours_ms": ms_ours, "cublas_ms": t_cu.median_ms, "triton_ms": t_tr.median_ms,
+            "ours_ms": ms_ours, "cublas_ms": mid["cublas"], "triton_ms": mid["triton"],
             "triton_error": err["triton"], "cublas_error": err["cublas"], "ours_tflops": tflops(ms_ours),
-            "cublas_tflops": tflops(t_cu.median_ms), "triton_tflops": tflops(t_tr.median_ms),
-            "x_cublas": t_cu.median_ms / ms_ours if ms_ours else None,
-            "x_triton": t_tr.median_ms / ms_ours if ms_ours else None}  # fmt: skip
+            "cublas_tflops": tflops(mid["cublas"]), "triton_tflops": tflops(mid["triton"]),
+            "x_cublas": ratio("cublas"), "x_triton": ratio("triton"), "rounds_ms": times}  # fmt: skip
 
 
 def main() -> int:
@@ -145,7 +168,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short timing and one shape (a smoke run)")
     ap.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"], choices=["float16", "bfloat16"])
     ap.add_argument("--shapes", nargs="+", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of ours, cuBLAS and Triton (default 3)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        print("triton_baseline: --rounds must be at least 1", file=sys.stderr)
+        return 2
     try:
         import torch
         import triton
@@ -163,7 +190,7 @@ def main() -> int:
     for dtype in args.dtype:
         s = replace(settings, tolerance=tolerance_for(dtype))
         for shape in args.shapes[:1] if args.quick else args.shapes:
-            r = measure(shape, dtype, s, flush, mm, plan, stored)
+            r = measure(shape, dtype, s, flush, mm, plan, stored, 1 if args.quick else args.rounds)
             rows.append(r)
 
             def f(x, spec="9.1f"):
@@ -174,7 +201,9 @@ def main() -> int:
                   flush=True)  # fmt: skip
     meta = {"gpu": gpu.name, "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "versions": {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda},
-            "method": "median of event-timed launches, L2 flushed before each; ours verified against float64 first",
+            "method": f"ours (verified against float64 first), cuBLAS and Triton in {args.rounds} interleaved rounds, "
+            "each turn the median of event-timed launches with L2 flushed before each; x_cublas/x_triton: the "
+            "medians of the rounds' ratios",
             "triton_configs": TRITON_CONFIGS}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "triton_baseline.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))

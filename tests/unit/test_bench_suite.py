@@ -253,12 +253,13 @@ def test_a_quick_run_never_writes_over_the_committed_numbers(tmp_path, monkeypat
     assert f"--out {run.QUICK_OUT}" in text and str(run.DEFAULT_OUT) not in text
 
 
-def test_benchmarks_holds_no_log_and_fewer_than_40_files():
+def test_benchmarks_holds_no_log_and_fewer_than_45_files():
+    # a benchmark is a script, its JSON and its CSV: 11 benchmarks, two probes, the replays' runs, one README
     try:
         files = subprocess.run(["git", "ls-files", "benchmarks"], cwd=ROOT, capture_output=True, text=True,
                                check=True, timeout=60).stdout.split()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     assert files, "git lists no file under benchmarks/"
-    assert len(files) < 40, f"benchmarks/ has {len(files)} tracked files"
+    assert len(files) < 45, f"benchmarks/ has {len(files)} tracked files"
     assert not [f for f in files if f.endswith(".log") or "/logs/" in f]
