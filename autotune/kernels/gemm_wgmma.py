@@ -1,10 +1,12 @@
 """The large-GEMM template on Hopper's warpgroup tensor cores (templates/gemm/wgmma.cu.j2): fp16 and bf16 with
 fp32 accumulation, every layout, operands read in place through TMA tensor maps.
 
-A block is a producer warpgroup (one thread issues the TMA copies of a ring of STAGES stages) and CONSUMERS
+A block is a producer warpgroup (one thread issues the TMA copies of a ring of STAGES stages) and CONSUMERS (1-3)
 warpgroups that run ``wgmma.mma_async`` m64n{BN}k16 from shared memory, each on BM / CONSUMERS rows of the
 BM x BN block tile; blocks are persistent (one per SM, tiles walked in a RASTER-grouped order). Every check here
-is mirrored by a ``static_assert`` in the template.
+is mirrored by a ``static_assert`` in the template. Three consumers make 192-row tiles, for problems whose tile
+count in 128- or 256-row tiles falls just past a whole wave of SMs (2040x2056: 144 tiles of 128 x 256 on 132 SMs
+take two rounds; 121 of 192 x 192 take one).
 
 The tensor maps need 16-byte aligned rows: a leading dimension that is a multiple of 8 elements and 16-byte
 aligned operands. Other problems are refused (``check_problem``); the mma template packs such operands and
@@ -63,8 +65,12 @@ MAX_STAGES = 8
 MAX_SPLIT = 32
 EPI_BOXES = (0, 1, 2)  # 64-column staging boxes a consumer; 0: its whole rows
 # setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
-# gives 128 of its registers back and each consumer takes 64 more
-REGS = {1: (40, 240), 2: (40, 232)}
+# gives 128 of its registers back and each consumer takes 64 more. With three (BM = 192: 64 rows each) 512 threads
+# start at 128, which is also what ptxas compiles every path for (__launch_bounds__(512, 1)): a consumer holds at
+# most 96 accumulators (BN <= 192; 128 of them need 154 registers); the producer gives 88 back, each consumer takes 24
+REGS = {1: (40, 240), 2: (40, 232), 3: (40, 152)}
+MAX_ACCUMULATORS_3 = 96  # floats per consumer thread with three consumers
+MAX_BM = 256  # A's K-major tile is one TMA box of BM rows, and a box spans at most 256
 
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -115,7 +121,14 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     """Why this configuration can never be built, or None."""
     p = params
     if p["CONSUMERS"] not in REGS:
-        return "CONSUMERS must be 1 or 2 warpgroups"
+        return "CONSUMERS must be 1, 2 or 3 warpgroups"
+    if p["BM"] > MAX_BM:
+        return f"BM must be at most {MAX_BM} rows (one TMA box of A's rows)"
+    if p["CONSUMERS"] == 3 and p["BM"] // 3 // 64 * p["BN"] // 2 > MAX_ACCUMULATORS_3:
+        return (
+            f"with three consumers at most {MAX_ACCUMULATORS_3} accumulators per consumer thread (BN <= 192): "
+            "512 threads compile at 128 registers each"
+        )
     if p["BN"] not in BNS:
         return f"BN must be one of {', '.join(map(str, BNS))} (whole 64-column boxes, the wgmma's N up to 256)"
     if pingpong(p) and (p["CONSUMERS"] != 2 or p["CLUSTER_M"] != 1 or split(p) != 1):

@@ -28,12 +28,16 @@ CONFIGS = [
     dict(WG, BN=128, STAGES=5, TMA_STORE=True, PINGPONG=True),
     dict(WG, BM=64, STAGES=4, RASTER=3, TMA_STORE=True, EPI_BOXES=1, PINGPONG=True),
     dict(WG, BM=64, BN=192, STAGES=5, RASTER=16, PINGPONG=True),
+    # three consumers, 192-row tiles (staged in one box; from registers in block pairs)
+    dict(WG, BM=192, BN=192, CONSUMERS=3, TMA_STORE=True, EPI_BOXES=1),
+    dict(WG, BM=192, BN=128, CONSUMERS=3, STAGES=4, RASTER=3, CLUSTER_M=2),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
     dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, SPLIT=8),
+    dict(WG, BM=192, BN=192, CONSUMERS=3, STAGES=3, TMA_STORE=True, SPLIT=3),
 ]
-SPLIT_TAIL = CONFIGS[-2:]
+SPLIT_TAIL = CONFIGS[-3:]
 # every extent a multiple of 8 (the maps' rows), none a multiple of the tiles; M and N odd where they lead no row
 SHAPES = [(8, 8, 8), (136, 264, 72), (1000, 1000, 1000), (2040, 2056, 2072), (520, 4104, 4088)]
 ODD = {"NN": [(129, 264, 40), (1, 4096, 4096)], "NT": [(129, 263, 72), (3, 4095, 4096)],
@@ -69,7 +73,8 @@ def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, pa
 def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
     _needs_sm90(settings)
     for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3]),
-                           ("NN", CONFIGS[5]), ("TT", CONFIGS[7]), ("TN", CONFIGS[8]), ("NT", CONFIGS[9])):  # fmt: skip
+                           ("NN", CONFIGS[5]), ("TT", CONFIGS[7]), ("TN", CONFIGS[8]), ("NT", CONFIGS[9]),
+                           ("NN", CONFIGS[10]), ("TN", CONFIGS[11])):  # fmt: skip
         problem = GEMM.problem([264, 1000, 3000], dtype, layout)
         errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)
@@ -81,7 +86,8 @@ def test_wgmma_split_tail_relaunches_the_same_sums(settings, dtype):
     right too, and to the same bits: the runs add in run order whichever arrives last."""
     _needs_sm90(settings)
     for layout, params, shape in (("NN", SPLIT_TAIL[0], [264, 1000, 3000]), ("TT", SPLIT_TAIL[1], [1000, 1000, 1000]),
-                                  ("NT", SPLIT_TAIL[0], [2040, 2056, 2072])):  # fmt: skip
+                                  ("NT", SPLIT_TAIL[0], [2040, 2056, 2072]),
+                                  ("TN", SPLIT_TAIL[2], [2040, 2056, 2072])):  # fmt: skip
         errors = _launch_twice(settings, "wgmma", params, GEMM.problem(shape, dtype, layout), alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)
         assert errors[0] == errors[1], (layout, params, errors)

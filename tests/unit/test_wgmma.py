@@ -30,20 +30,26 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, RASTER=1, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", None),
         # pingpong consumers (whole 128 x 128 tiles in turn) staging their rows in one box of 64 columns
         (dict(GOOD, BN=128, STAGES=6, TMA_STORE=True, EPI_BOXES=1, PINGPONG=True), "TN", "bfloat16", 168),
+        # three consumers, 192-row tiles: 512 threads compile at 128 registers
+        (dict(GOOD, BM=192, BN=192, CONSUMERS=3, TMA_STORE=True, EPI_BOXES=1), "NN", "float16", 128),
+        (dict(GOOD, BM=192, BN=192, CONSUMERS=3, STAGES=3, TMA_STORE=True), "TT", "bfloat16", 128),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
     assert wg.check(params) is None
     r = rendered(params, layout, dtype)
     c = assert_compiles_for_sm90(r)  # the source asks for sm_90a
-    if registers:  # two consumers: 384 threads start at 168 registers, which setmaxnreg's budget assumes
+    if registers:  # 384 threads (two consumers) start at 168 registers, 512 at 128: setmaxnreg's budget assumes it
         assert c.registers == registers
 
 
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        (dict(CONSUMERS=3), ["CONSUMERS"]),
+        (dict(CONSUMERS=4), ["CONSUMERS"]),
+        (dict(CONSUMERS=3), ["BM / CONSUMERS"]),
+        (dict(CONSUMERS=3, BM=192, STAGES=3), ["three consumers", "accumulators", "BN <= 192"]),
+        (dict(CONSUMERS=3, BM=384, BN=128, STAGES=2), ["BM", "at most 256"]),
         (dict(BN=96), ["BN"]),
         (dict(BM=192), ["BM / CONSUMERS"]),
         (dict(CONSUMERS=1, BM=128, BN=256), ["accumulators"]),
