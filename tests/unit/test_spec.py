@@ -780,3 +780,14 @@ def test_load_yaml_keeps_safe_load_semantics(text):
 
     with pytest.raises(yaml.constructor.ConstructorError, match="could not determine a constructor"):
         load_yaml(text)
+
+
+def test_every_shipped_config_parses_start_points_and_all():
+    """Each spec in configs/ loads as `autotune run` loads it: its space, constraints and start points agree."""
+    from autotune.tune.spec import load_spec
+
+    files = sorted((ROOT / "configs").glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        spec = load_spec(f)  # raises SpecError naming the file and the key that is wrong
+        assert spec.problems and spec.kernel, f
