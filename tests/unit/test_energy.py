@@ -8,6 +8,7 @@ wattage; a launch is a sleep of known length and synchronizing is a no-op.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -213,6 +214,8 @@ def test_energy_of_a_real_gemm_is_repeatable_on_the_gpu():
     m = EnergyMeter()
     if not m.available:
         pytest.skip(f"no energy readings here: {m.reason}")
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # 2026-12-03: 5.9% apart beside 14 other workers
+        pytest.skip("NVML counts the whole card, and other test workers' kernels share it: run the GPU tier serially")
     gpu = current_gpu()
     settings = Settings(arch=gpu.arch, tolerance=1e-5, max_shared_bytes=gpu.max_shared_per_block, energy=True)
     settings = replace(settings, energy_plan=EnergyPlan(seconds=1.0))
