@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.build.compiler import compile_source, nvrtc_version  # noqa: E402
 from autotune.build.templates import template_root  # noqa: E402
-from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.device import NoGPUError, current_gpu  # noqa: E402
 from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.measure.energy import EnergyPlan, counter_power  # noqa: E402
@@ -267,13 +267,21 @@ def main() -> int:
     except ImportError as exc:
         print(f"power_ceiling: needs cupy and nvidia-ml-py ({exc})", file=sys.stderr)
         return 2
-    gpu = current_gpu()
+    try:
+        gpu = current_gpu()
+    except NoGPUError as exc:
+        print(f"power_ceiling: {exc}", file=sys.stderr)
+        return 2
     if not gpu.arch.startswith("sm_90"):
         print(f"power_ceiling: the ceiling kernel needs Hopper (sm_90); this GPU is {gpu.arch}", file=sys.stderr)
         return 2
     if args.quick:
         args.shapes, args.dtype, args.seconds, args.rounds = args.shapes[:1], args.dtype[:1], 0.8, 1
-    nvml = Nvml()
+    try:
+        nvml = Nvml()
+    except Exception as exc:  # noqa: BLE001 - NVML missing or refusing: one sentence, no traceback
+        print(f"power_ceiling: NVML cannot read this GPU ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
     stored = read(tuned_file(ROOT / "tuned", gpu.key, "gemm"))["entries"]
     family = FAMILIES["gemm"]
     results = []

@@ -35,3 +35,19 @@ def test_x_vendor_is_the_median_of_each_rounds_ratio():
     rows.append({"round": 0, "side": "ceiling", "ms": 1.0})
     assert power_ceiling.x_vendor(rows) == pytest.approx(1.05)
     assert power_ceiling.x_vendor([{"round": 0, "side": "ours", "ms": 1.0}]) is None
+
+
+def test_without_a_gpu_it_says_so_in_one_sentence(monkeypatch, capsys):
+    import types
+
+    from autotune.core.errors import NoGPUError
+
+    def no_gpu():
+        raise NoGPUError("no CUDA GPU is visible (check CUDA_VISIBLE_DEVICES)")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
+    monkeypatch.setattr(power_ceiling, "current_gpu", no_gpu)
+    monkeypatch.setattr(sys, "argv", ["power_ceiling.py", "--quick"])
+    assert power_ceiling.main() == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "power_ceiling: no CUDA GPU is visible (check CUDA_VISIBLE_DEVICES)"
