@@ -1,7 +1,8 @@
 """tuned/<gpu-key>/<kernel>.json: the best verified configuration per (dtype, layout, shape).
 
-Files are merged, never blindly overwritten: an entry is replaced only by a faster verified one
-(or when forced), and every write goes to a temporary file that is renamed into place. A merge reads, modifies
+Files are merged, never blindly overwritten: an entry is replaced only by a faster verified one (faster when
+the two were timed side by side, if the caller did so; else by their stored times) or when forced, and every write
+goes to a temporary file that is renamed into place. A merge reads, modifies
 and writes under an inter-process lock (``fcntl.lockf`` on a sidecar ``.<kernel>.json.lock``), so concurrent
 tuners lose nothing. Runs that measured energy also keep a ``pareto`` list in the entry: the verified
 configurations no other one beats on both time and J per launch, merged with the front already stored.
@@ -181,9 +182,14 @@ def merge(
     pareto: list[dict[str, Any]] | None = None,
     installed: Callable[[str], str | None] | None = None,
     unchanged: Callable[[dict[str, Any]], bool] | None = None,
+    rival: tuple[float, float] | None = None,
 ) -> MergeOutcome:
     """Store ``entry`` under ``key`` if it is faster than what is there (or ``force``); atomic, and under an
     inter-process lock, so merges from many processes (on one machine, or over NFS with lockd) lose nothing.
+
+    ``rival``: (the new kernel's ms, the stored kernel's ms) timed side by side in the caller's process; when given,
+    it decides instead of the stored entry's own time, which another run measured (the stored kernel that failed
+    there: inf).
 
     A stored entry tuned with another version of its template is replaced regardless of time: ``installed``
     gives the installed hash of a template name; without it, only an entry of the same template with
@@ -203,10 +209,10 @@ def merge(
         _warn_rejected(path, tf.rejected)
         entries: dict[str, Any] = {k: e.to_json() for k, e in tf.entries.items()}
         entries.update({k: raw for k, (raw, _) in tf.rejected.items() if k != key})
-        outcome = _merge_entry(entries, key, entry, force, pareto, installed, unchanged)
+        outcome = _merge_entry(entries, key, entry, force, pareto, installed, unchanged, rival)
         if outcome is not None:
             write_atomic(path, _as_document({**tf.header, **header}, entries))
-        return outcome or MergeOutcome(key, False, _kept(entries[key], entry))
+        return outcome or MergeOutcome(key, False, _kept(entries[key], entry, rival))
 
 
 def _merge_entry(
@@ -217,16 +223,17 @@ def _merge_entry(
     pareto: list[dict[str, Any]] | None,
     installed: Callable[[str], str | None] | None,
     unchanged: Callable[[dict[str, Any]], bool] | None,
+    rival: tuple[float, float] | None = None,
 ) -> MergeOutcome | None:
     """Merge one entry into ``entries`` in place; the outcome, or None when nothing changed."""
     old = entries.get(key)
     stale = old is not None and _outdated(old, entry, installed) and not (unchanged and unchanged(old))
-    if old is not None and not force and not stale and old["median_ms"] <= entry["median_ms"]:
+    if old is not None and not force and not stale and not _faster(old, entry, rival):
         if not pareto:
             return None
         front = merge_front(old.get("pareto") or [], pareto)
         entries[key] = TunedEntry.from_json({**old, "pareto": front}).to_json()
-        return MergeOutcome(key, False, _kept(old, entry) + f"; time-energy front now {len(front)} points")
+        return MergeOutcome(key, False, _kept(old, entry, rival) + f"; time-energy front now {len(front)} points")
     if pareto or (old and old.get("pareto") and not force and not stale):
         kept = [] if force or stale or old is None else old.get("pareto") or []
         entry = {**entry, "pareto": merge_front(kept, pareto or [])}
@@ -237,12 +244,21 @@ def _merge_entry(
         why = "forced"
     elif stale:
         why = "replaces an entry tuned with another version of the template"
+    elif rival is not None:
+        why = f"faster than the stored kernel timed beside it ({rival[0]:.4g} ms against {rival[1]:.4g})"
     else:
         why = f"faster than the stored {old['median_ms']:.4g} ms"
     return MergeOutcome(key, True, why)
 
 
-def _kept(old: dict[str, Any], new: dict[str, Any]) -> str:
+def _faster(old: dict[str, Any], new: dict[str, Any], rival: tuple[float, float] | None) -> bool:
+    """Whether the new entry beats the stored one: side by side when timed so, else by their stored times."""
+    return rival[0] < rival[1] if rival is not None else new["median_ms"] < old["median_ms"]
+
+
+def _kept(old: dict[str, Any], new: dict[str, Any], rival: tuple[float, float] | None = None) -> str:
+    if rival is not None:
+        return f"kept the stored kernel: timed beside the new one, {rival[1]:.4g} ms against {rival[0]:.4g}"
     return f"kept the stored {old['median_ms']:.4g} ms (new {new['median_ms']:.4g} ms)"
 
 

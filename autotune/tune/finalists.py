@@ -1,5 +1,6 @@
 """The search's last step: re-verify and re-time the finalists of a shape in this process, longer (the winner
-by time), or the Pareto front of time and energy. autotune.tune.search re-exports these names."""
+by time), or the Pareto front of time and energy; and the winner beside the stored entry it would replace.
+autotune.tune.search re-exports the search's names."""
 
 from __future__ import annotations
 
@@ -78,3 +79,31 @@ def _ms(r: TrialResult) -> float:
 
 def _joules(r: TrialResult) -> float:
     return r.energy_j if r.energy_j is not None else math.inf
+
+
+def side_by_side(
+    kernel: str, problem: Any, settings: Settings, configs: list[tuple[str, Any]], evaluator: Evaluator,
+    compiler: CompilePool, prep: Preparation = TEMPLATES,
+) -> list[TrialResult | None]:  # fmt: skip
+    """Each (template, Config) re-verified and re-timed in this process, FINAL_ROUNDS interleaved rounds (the order
+    reversed every other round): each one's median round, or None for one that failed a round. Used to weigh a new
+    winner against the stored entry it would replace, timed beside it rather than against a time from another run
+    (the card's clock moves with its temperature between runs)."""
+    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
+    compiled = []
+    for template, config in configs:
+        c = prep.render(Candidate(kernel, template, problem, config), longer)
+        compiled.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
+    rounds: list[list[TrialResult]] = [[] for _ in compiled]
+    failed: set[int] = set()
+    for r in range(FINAL_ROUNDS):
+        for i in range(len(compiled)) if r % 2 == 0 else reversed(range(len(compiled))):
+            if i in failed:
+                continue
+            again = evaluator.measure(compiled[i], longer)
+            if again.ok:
+                rounds[i].append(again)
+            else:
+                log.warning("%s, re-timed beside the stored entry, fails: %s", compiled[i].kernel_name, again.reason)
+                failed.add(i)
+    return [None if i in failed else sorted(rs, key=_ms)[len(rs) // 2] for i, rs in enumerate(rounds)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -231,9 +232,38 @@ class TuningSession:
         entry = tuned_entry(spec, outcome, settings, _versions(g, self._nvrtc()))
         key = entry_key(problem.dtype, problem.layout, problem.label)
         unchanged = functools.partial(installed_renders, spec.kernel, problem=problem)
+        rival = self._beside_stored(spec, problem, outcome, settings)
         result = merge(self.tuned_path(spec.kernel), header, key, entry, force=self.options.force,
-                       pareto=pareto_points(outcome, spec), installed=installed, unchanged=unchanged)  # fmt: skip
+                       pareto=pareto_points(outcome, spec), installed=installed, unchanged=unchanged,
+                       rival=rival)  # fmt: skip
         return "yes" if result.stored else "no (kept faster)"
+
+    def _beside_stored(self, spec: Any, problem: Any, outcome: Any, settings: Any) -> tuple[float, float] | None:
+        """The new winner and the kernel stored for its problem, re-verified and re-timed side by side here: (new
+        ms, stored ms; inf for one that fails). None when nothing usable is stored (none, another version of its
+        template, or the same kernel) or with --force: the merge then goes by the stored time, or replaces."""
+        from ..build.templates import installed_renders
+        from ..core.space import Config
+        from ..kernels import FAMILIES
+        from ..results.store import entry_key, read
+        from .finalists import side_by_side
+
+        key = entry_key(problem.dtype, problem.layout, problem.label)
+        old, best = read(self.tuned_path(spec.kernel))["entries"].get(key), outcome.best
+        if old is None or best is None or self.options.force or old.get("kernel_name") == best.kernel_name:
+            return None
+        template, params = old.get("template"), dict(old.get("params", {}))
+        if old.get("verified") is not True or not installed_renders(spec.kernel, old, problem):
+            return None
+        if FAMILIES[spec.kernel].check_problem(template, params, problem) is not None:
+            return None
+        pair = [(spec.template, best.config), (template, Config.of(params))]
+        timed = side_by_side(spec.kernel, problem, replace(settings, energy=False), pair,
+                             self.cache.evaluator(self.worker), self.compiler, self.cache.preparation())  # fmt: skip
+        new, stored = (r.median_ms if r is not None else math.inf for r in timed)
+        print(f"  {problem.label} {problem.dtype}: beside the stored {old.get('kernel_name')}, {stored:.4g} ms "
+              f"against the new {new:.4g}", file=sys.stderr)  # fmt: skip
+        return new, stored
 
 
 def check_energy(spec: Any) -> None:

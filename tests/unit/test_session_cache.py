@@ -116,3 +116,51 @@ def test_the_feasible_list_checked_in_parts_is_the_same_list():
 
         assert feasible_in_parallel(spec, problem, settings, mapped, 4) == serial
     assert calls and calls[0] >= 32
+
+
+def _tune(tmp_path: Path, spec_text: str, name: str) -> tuple[str, dict, Worker]:
+    """One problem (64x64x64) of a naive spec tuned to the end through a CPU session; what it said and stored."""
+    from autotune.tune.spec import load_spec
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(spec_text)
+    spec = load_spec(path)
+    options = RunOptions(tuned_dir=tmp_path / "tuned", runs_dir=tmp_path / "runs", jobs=1)
+    worker = Worker()
+    worker.delay = 0.0
+    with CompilePool("sm_90", 1, fake_compile) as pool:
+        result = CpuSession(options, worker, pool).tune(spec, spec.problems[0], 40, None, lambda done, note: None)
+    entry = read(tuned_file(tmp_path / "tuned", GPU.key, "gemm"))["entries"]["float32/NN/64x64x64"]
+    return result.stored, entry, worker
+
+
+def _stale(tmp_path: Path, ms: float) -> None:
+    """Give the stored entry a time from another run (as a cooler or hotter card would have measured it), and the
+    installed template's hash (the fakes store none), so that it counts as current rather than outdated."""
+    import json
+
+    from autotune.build.templates import template_hash
+
+    path = tuned_file(tmp_path / "tuned", GPU.key, "gemm")
+    doc = json.loads(path.read_text())
+    doc["entries"]["float32/NN/64x64x64"].update(median_ms=ms, template_hash=template_hash("gemm", "naive"))
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def test_a_new_winner_is_weighed_against_the_stored_kernel_timed_beside_it(tmp_path, capsys):
+    """The stored entry's own time came from another run; the store decides on both kernels re-timed side by side
+    in this one (fake times: 1 + |BX - 32| / 32 + |BY - 8| / 8). A stored kernel with a flattering old time is
+    replaced when it is slower beside the new winner, and one with an unflattering old time is kept when faster."""
+    one = NAIVE_SPEC.replace("BX: [4, 8, 16, 32, 64]", "BX: [32]").replace("BY: [1, 2, 4, 8, 16]", "BY: [4]")
+    stored, first, _ = _tune(tmp_path, one, "slow-kernel")
+    assert stored == "yes" and first["params"] == {"BX": 32, "BY": 4} and first["median_ms"] == 1.5
+    _stale(tmp_path, 0.5)  # its stored time beats anything this space holds
+    stored, entry, worker = _tune(tmp_path, NAIVE_SPEC.replace("trials: 8", "trials: 40"), "whole-space")
+    assert stored == "yes" and entry["params"] == {"BX": 32, "BY": 8} and entry["median_ms"] == 1.0
+    assert "beside the stored gemm_naive" in capsys.readouterr().err
+    new, old = "BX=32,BY=8", "BX=32,BY=4"  # after the finalists: three rounds side by side, the order reversed
+    assert worker.calls[-6:] == [new, old, old, new, new, old]
+
+    _stale(tmp_path, 9.0)  # now the best kernel's stored time is far worse than it runs
+    stored, entry, _ = _tune(tmp_path, NAIVE_SPEC.replace("BY: [1, 2, 4, 8, 16]", "BY: [1, 2]"), "without-by8")
+    assert stored == "no (kept faster)" and entry["params"] == {"BX": 32, "BY": 8}

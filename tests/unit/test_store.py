@@ -45,6 +45,22 @@ def test_only_a_faster_entry_replaces_the_stored_one(path):
     assert read(path)["entries"][key]["tag"] == "faster"
 
 
+def test_times_taken_side_by_side_decide_over_the_stored_time(path):
+    """``rival`` (new ms, stored ms) timed in one process outweighs a stored time measured in another run: a stored
+    kernel whose time came from a cooler card is replaced when it runs slower beside the new one, and kept when it
+    runs faster, whatever the two entries' own times say."""
+    key = entry_key("float32", "NN", "64x64x64")
+    merge(path, HEADER, key, entry(0.5, tag="stored on a cool card"))
+    out = merge(path, HEADER, key, entry(1.0, tag="new"), rival=(1.0, 1.2))
+    assert out.stored and out.why == "faster than the stored kernel timed beside it (1 ms against 1.2)"
+    assert read(path)["entries"][key]["tag"] == "new" and read(path)["entries"][key]["median_ms"] == 1.0
+    kept = merge(path, HEADER, key, entry(0.2, tag="newer"), rival=(1.1, 1.0))
+    assert not kept.stored and kept.why == "kept the stored kernel: timed beside the new one, 1 ms against 1.1"
+    assert read(path)["entries"][key]["tag"] == "new"
+    failed = merge(path, HEADER, key, entry(3.0, tag="the stored one failed beside it"), rival=(3.0, float("inf")))
+    assert failed.stored and read(path)["entries"][key]["tag"] == "the stored one failed beside it"
+
+
 def test_force_replaces_a_faster_entry(path):
     key = entry_key("float32", "NN", "64x64x64")
     merge(path, HEADER, key, entry(1.0))
