@@ -26,28 +26,12 @@ def _final_best(
     prep: Preparation = TEMPLATES,
 ) -> TrialResult | None:  # fmt: skip
     """Re-verify and re-time the top few in this process, longer, so the winner is not noise: FINAL_ROUNDS
-    interleaved rounds (a slow stretch of the GPU then lands on every finalist alike), each finalist's verdict its
-    median round. A finalist that fails a round is out."""
+    interleaved rounds (``side_by_side``: a slow stretch of the GPU then lands on every finalist alike), each
+    finalist's verdict its median round. A finalist that fails a round is out."""
     done = sorted((r for _, r in state.seen.values() if r.ok), key=lambda r: r.median_ms)[:FINAL_TOP_K]
-    longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
-    finalists = []
-    for before in done:
-        c = prep.render(Candidate(spec.kernel, spec.template, problem, before.config), longer)
-        finalists.append(prep.finish(c, compiler.result(compiler.submit(c)), longer))
-    rounds: list[list[TrialResult] | None] = [[] for _ in finalists]
-    for _ in range(FINAL_ROUNDS):
-        for i, c in enumerate(finalists):
-            seen = rounds[i]
-            if seen is None:
-                continue
-            again = evaluator.measure(c, longer)
-            if again.ok:
-                seen.append(again)
-            else:
-                log.warning("%s passed before but fails now: %s", c.kernel_name, again.reason)
-                rounds[i] = None
-    verdicts = [sorted(rs, key=lambda r: r.median_ms)[len(rs) // 2] for rs in rounds if rs]
-    return min(verdicts, key=lambda r: r.median_ms, default=None)
+    finalists = [(spec.template, r.config) for r in done]
+    verdicts = side_by_side(spec.kernel, problem, settings, finalists, evaluator, compiler, prep)
+    return min((r for r in verdicts if r is not None), key=lambda r: r.median_ms, default=None)
 
 
 def _measured(r: TrialResult) -> bool:
@@ -83,12 +67,12 @@ def _joules(r: TrialResult) -> float:
 
 def side_by_side(
     kernel: str, problem: Any, settings: Settings, configs: list[tuple[str, Any]], evaluator: Evaluator,
-    compiler: CompilePool, prep: Preparation = TEMPLATES,
+    compiler: CompilePool, prep: Preparation = TEMPLATES, alternate: bool = False,
 ) -> list[TrialResult | None]:  # fmt: skip
-    """Each (template, Config) re-verified and re-timed in this process, FINAL_ROUNDS interleaved rounds (the order
-    reversed every other round): each one's median round, or None for one that failed a round. Used to weigh a new
-    winner against the stored entry it would replace, timed beside it rather than against a time from another run
-    (the card's clock moves with its temperature between runs)."""
+    """Each (template, Config) re-verified and re-timed in this process, FINAL_ROUNDS interleaved rounds (with
+    ``alternate`` the order reversed every other round): each one's median round, or None for one that failed. The
+    finalists of a search, and a new winner beside the stored entry it would replace (timed beside it rather than
+    against a time from another run: the card's clock moves with its temperature between runs)."""
     longer = replace(settings, timing=FINAL_PLAN, abort_above_ms=None)
     compiled = []
     for template, config in configs:
@@ -97,13 +81,13 @@ def side_by_side(
     rounds: list[list[TrialResult]] = [[] for _ in compiled]
     failed: set[int] = set()
     for r in range(FINAL_ROUNDS):
-        for i in range(len(compiled)) if r % 2 == 0 else reversed(range(len(compiled))):
+        for i in reversed(range(len(compiled))) if alternate and r % 2 else range(len(compiled)):
             if i in failed:
                 continue
             again = evaluator.measure(compiled[i], longer)
             if again.ok:
                 rounds[i].append(again)
             else:
-                log.warning("%s, re-timed beside the stored entry, fails: %s", compiled[i].kernel_name, again.reason)
+                log.warning("%s passed before but fails now: %s", compiled[i].kernel_name, again.reason)
                 failed.add(i)
     return [None if i in failed else sorted(rs, key=_ms)[len(rs) // 2] for i, rs in enumerate(rounds)]

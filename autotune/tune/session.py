@@ -259,7 +259,8 @@ class TuningSession:
             return None
         pair = [(spec.template, best.config), (template, Config.of(params))]
         timed = side_by_side(spec.kernel, problem, replace(settings, energy=False), pair,
-                             self.cache.evaluator(self.worker), self.compiler, self.cache.preparation())  # fmt: skip
+                             self.cache.evaluator(self.worker), self.compiler, self.cache.preparation(),
+                             alternate=True)  # fmt: skip
         new, stored = (r.median_ms if r is not None else math.inf for r in timed)
         print(f"  {problem.label} {problem.dtype}: beside the stored {old.get('kernel_name')}, {stored:.4g} ms "
               f"against the new {new:.4g}", file=sys.stderr)  # fmt: skip
