@@ -44,7 +44,7 @@ from autotune.build.templates import template_root  # noqa: E402
 from autotune.core.device import NoGPUError, current_gpu  # noqa: E402
 from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
-from autotune.measure.energy import EnergyPlan, counter_power  # noqa: E402
+from autotune.measure.energy import EnergyPlan, counter_power, handle_by_bus_id  # noqa: E402
 from autotune.measure.evaluate import Candidate, Settings, load_kernel, prepare, verified_run  # noqa: E402
 from autotune.results.store import read, tuned_file  # noqa: E402
 from autotune.tune.search import FINAL_PLAN  # noqa: E402
@@ -141,12 +141,10 @@ class Nvml:
 
         pynvml.nvmlInit()
         self.nvml = pynvml
-        bus = cp.cuda.Device().pci_bus_id.upper().split(":", 1)[-1]  # "3B:00.0" (NVML's domain is 8 digits)
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        found = [h for h in handles if _text(pynvml.nvmlDeviceGetPciInfo(h).busId).upper().endswith(bus)]
-        if not found:
+        bus = cp.cuda.Device().pci_bus_id
+        self.handle = handle_by_bus_id(pynvml, bus)
+        if self.handle is None:
             raise RuntimeError(f"NVML has no device with PCI bus id {bus}")
-        self.handle = found[0]
         self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1e3
         self.max_sm_mhz = pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM)
 
@@ -158,10 +156,6 @@ class Nvml:
         mhz = n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)
         temp = n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
         return t, float(mj), mhz, temp, n.nvmlDeviceGetCurrentClocksEventReasons(h)
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def sustained(launch: Any, flops: float, nvml: Nvml, seconds: float) -> dict[str, Any]:

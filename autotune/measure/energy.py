@@ -174,7 +174,7 @@ class EnergyMeter:
         except Exception as exc:  # noqa: BLE001 - no CUDA device: nothing to measure
             self.reason = f"cannot tell which GPU to measure ({type(exc).__name__}: {exc})"
             return
-        self._handle = self._handle_by_bus_id(pynvml, bus_id)
+        self._handle = handle_by_bus_id(pynvml, bus_id)
         if self._handle is None:
             self.reason = f"NVML has no device with PCI bus id {bus_id}"
             return
@@ -197,17 +197,6 @@ class EnergyMeter:
 
         dev = cupy.cuda.Device(self._device) if self._device is not None else cupy.cuda.Device()
         return dev.pci_bus_id
-
-    @staticmethod
-    def _handle_by_bus_id(pynvml: Any, bus_id: str) -> Any:
-        # CUDA writes a 4-digit PCI domain ("0000:3B:00.0"), NVML an 8-digit one; try both spellings.
-        domain, _, rest = bus_id.partition(":")
-        for spelling in dict.fromkeys((bus_id, f"{int(domain, 16):08X}:{rest}" if rest else bus_id)):
-            try:
-                return pynvml.nvmlDeviceGetHandleByPciBusId(spelling)
-            except pynvml.NVMLError:
-                continue
-        return None
 
     def _read_counter(self) -> float:
         return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)  # mJ
@@ -282,6 +271,18 @@ class EnergyMeter:
             sys.setswitchinterval(switch)
         power = counter_power if method == COUNTER else sampled_power
         return power(samples, start, end, plan), start, end, poller.error
+
+
+def handle_by_bus_id(pynvml: Any, bus_id: str) -> Any:
+    """NVML's handle of the GPU that CUDA names by ``bus_id`` (``cupy.cuda.Device().pci_bus_id``), or None. CUDA
+    writes a 4-digit PCI domain ("0000:3B:00.0"), NVML an 8-digit one; both spellings are tried."""
+    domain, _, rest = bus_id.partition(":")
+    for spelling in dict.fromkeys((bus_id, f"{int(domain, 16):08X}:{rest}" if rest else bus_id)):
+        try:
+            return pynvml.nvmlDeviceGetHandleByPciBusId(spelling)
+        except pynvml.NVMLError:
+            continue
+    return None
 
 
 def _cuda_sync() -> None:

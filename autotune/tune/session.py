@@ -245,11 +245,12 @@ class TuningSession:
         from ..build.templates import installed_renders
         from ..core.space import Config
         from ..kernels import FAMILIES
-        from ..results.store import entry_key, read
+        from ..results.store import entry_key, read, tuned_file
         from .finalists import side_by_side
 
         key = entry_key(problem.dtype, problem.layout, problem.label)
-        old, best = read(self.tuned_path(spec.kernel))["entries"].get(key), outcome.best
+        path = tuned_file(self.options.tuned_dir, self.gpu.key, spec.kernel)  # checked once already: tuned_path
+        old, best = read(path)["entries"].get(key), outcome.best
         if old is None or best is None or self.options.force or old.get("kernel_name") == best.kernel_name:
             return None
         template, params = old.get("template"), dict(old.get("params", {}))
