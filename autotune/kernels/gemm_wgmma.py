@@ -28,6 +28,14 @@ consumers alternate tiles, each the whole BM x BN tile, so one stores its tile w
     >>> derived(dict(p, CLUSTER_M=1, STAGES=4, TMA_STORE=True, EPI_BOXES=2))["SHARED_BYTES"]  # 4 stages + 4 boxes
     230464
 
+BN may be any multiple of 16 from 64 to 256; one that is not a multiple of 64 (say 176: 2040 x 2056 in 192 x 176 tiles
+is 132 tiles, one wave of the H200's SMs, where 192 x 192 leaves 11 SMs idle) stores C from registers::
+
+    >>> check(dict(p, BM=192, BN=176, CONSUMERS=3, CLUSTER_M=1, TMA_STORE=False)) is None
+    True
+    >>> derived(dict(p, BN=176))["SHARED_BYTES"] == derived(dict(p, BN=192))["SHARED_BYTES"]  # whole 64-column boxes
+    True
+
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
 after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
@@ -57,7 +65,7 @@ DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized produce
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 BK = 64  # elements of K per stage: one 128-byte swizzle row of a K-major tile
-BNS = (64, 128, 192, 256)
+BN_STEP = 16  # BN: a multiple of 16 from 64 to 256 (wgmma's N; a block pair's halves of K-major rows whole 8-row atoms)
 CLUSTERS = (1, 2)
 CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
 MAX_ACCUMULATORS = 128  # floats per consumer thread
@@ -73,9 +81,14 @@ MAX_ACCUMULATORS_3 = 96  # floats per consumer thread with three consumers
 MAX_BM = 256  # A's K-major tile is one TMA box of BM rows, and a box spans at most 256
 
 
+def b_rows(params: Params) -> int:
+    """Rows of B's tile in a ring stage: BN in whole 64-column boxes (BN itself when it is a multiple of 64)."""
+    return -(-params["BN"] // 64) * 64
+
+
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     p = params
-    stage = (p["BM"] + p["BN"]) * BK * 2
+    stage = (p["BM"] + b_rows(p)) * BK * 2
     producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
     return {
         "THREADS": 128 * (p["CONSUMERS"] + 1),
@@ -129,8 +142,13 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
             f"with three consumers at most {MAX_ACCUMULATORS_3} accumulators per consumer thread (BN <= 192): "
             "512 threads compile at 128 registers each"
         )
-    if p["BN"] not in BNS:
-        return f"BN must be one of {', '.join(map(str, BNS))} (whole 64-column boxes, the wgmma's N up to 256)"
+    if p["BN"] % BN_STEP or not 64 <= p["BN"] <= 256:
+        return f"BN must be a multiple of {BN_STEP} from 64 to 256 (the wgmma's N)"
+    if p["BN"] % 64 and p["TMA_STORE"]:
+        return (
+            f"BN = {p['BN']} is no multiple of 64: C is stored from registers (TMA_STORE false), since the TMA "
+            "store's 64-column boxes would cross into the next tile"
+        )
     if pingpong(p) and (p["CONSUMERS"] != 2 or p["CLUSTER_M"] != 1 or split(p) != 1):
         return "PINGPONG needs CONSUMERS = 2 and CLUSTER_M = 1, without a split tail (SPLIT = 1)"
     rows = "BM" if pingpong(p) else "BM / CONSUMERS"

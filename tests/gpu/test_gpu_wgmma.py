@@ -1,6 +1,7 @@
 """GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
-the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; a split tail
+the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; tile widths
+that are no multiple of 64 (BN 176, 208, 80); a split tail
 (SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch."""
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ CONFIGS = [
     # three consumers, 192-row tiles (staged in one box; from registers in block pairs)
     dict(WG, BM=192, BN=192, CONSUMERS=3, TMA_STORE=True, EPI_BOXES=1),
     dict(WG, BM=192, BN=128, CONSUMERS=3, STAGES=4, RASTER=3, CLUSTER_M=2),
+    # BN no multiple of 64, stored from registers: 192 x 176 in block pairs (an N-major B in 3 boxes, 2 and 1 a
+    # block), 128 x 208 (4 boxes, 16 columns unread), 64 x 80 with a split tail
+    dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=4, CLUSTER_M=2),
+    dict(WG, BN=208, STAGES=3, RASTER=3),
+    dict(WG, BM=64, BN=80, CONSUMERS=1, STAGES=6, RASTER=2, SPLIT=2),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),

@@ -33,6 +33,12 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         # three consumers, 192-row tiles: 512 threads compile at 128 registers
         (dict(GOOD, BM=192, BN=192, CONSUMERS=3, TMA_STORE=True, EPI_BOXES=1), "NN", "float16", 128),
         (dict(GOOD, BM=192, BN=192, CONSUMERS=3, STAGES=3, TMA_STORE=True), "TT", "bfloat16", 128),
+        # BN not a multiple of 64: B's tile in whole 64-column boxes (N-major B: 3 boxes for 176, shared by a block
+        # pair in turn), or BN rows (K-major: a pair's halves of 104 rows); split tail with 80 columns
+        (dict(GOOD, BM=192, BN=176, CONSUMERS=3, CLUSTER_M=2), "NN", "float16", 128),
+        (dict(GOOD, BM=192, BN=176, CONSUMERS=3), "NT", "bfloat16", 128),
+        (dict(GOOD, BN=208, STAGES=3, CLUSTER_M=2), "TT", "float16", 168),
+        (dict(GOOD, BM=64, BN=80, CONSUMERS=1, STAGES=6, SPLIT=4), "TN", "bfloat16", None),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -50,7 +56,9 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(CONSUMERS=3), ["BM / CONSUMERS"]),
         (dict(CONSUMERS=3, BM=192, STAGES=3), ["three consumers", "accumulators", "BN <= 192"]),
         (dict(CONSUMERS=3, BM=384, BN=128, STAGES=2), ["BM", "at most 256"]),
-        (dict(BN=96), ["BN"]),
+        (dict(BN=72), ["BN", "multiple of 16"]),
+        (dict(BN=272), ["BN", "to 256"]),
+        (dict(BN=176, TMA_STORE=True), ["BN = 176", "TMA_STORE", "next tile"]),
         (dict(BM=192), ["BM / CONSUMERS"]),
         (dict(CONSUMERS=1, BM=128, BN=256), ["accumulators"]),
         (dict(STAGES=9), ["STAGES"]),
