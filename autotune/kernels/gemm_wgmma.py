@@ -36,6 +36,10 @@ is 132 tiles, one wave of the H200's SMs, where 192 x 192 leaves 11 SMs idle) st
     >>> derived(dict(p, BN=176))["SHARED_BYTES"] == derived(dict(p, BN=192))["SHARED_BYTES"]  # whole 64-column boxes
     True
 
+L2_PROMOTION (optional, default 256) is the L2 promotion of A's and B's tensor maps in bytes (0: none; 64, 128): how
+much L2 fetches from memory on a miss. It changes no source, only the maps made at launch (kernels/gemm_wgmma.py).
+Where rows are not whole 128 bytes (K = 2072 in layout NN) a 128-byte box row spans two 256-byte blocks.
+
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
 after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
@@ -57,10 +61,22 @@ from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples abo
 from .gemm_problem import GemmTemplate
 from .template import LaunchBound
 
-PARAMS = ("BM", "BN", "CONSUMERS", "STAGES", "RASTER", "CLUSTER_M", "TMA_STORE", "SPLIT", "EPI_BOXES", "PINGPONG")
+PARAMS = (
+    "BM",
+    "BN",
+    "CONSUMERS",
+    "STAGES",
+    "RASTER",
+    "CLUSTER_M",
+    "TMA_STORE",
+    "SPLIT",
+    "EPI_BOXES",
+    "PINGPONG",
+    "L2_PROMOTION",
+)
 # these came after winners were stored: at their defaults (or absent) the kernel renders and is named as before
-DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False))
-KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"))
+DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False), ("L2_PROMOTION", 256))
+KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), ("L2_PROMOTION", "int>=0"))
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -72,6 +88,7 @@ MAX_ACCUMULATORS = 128  # floats per consumer thread
 MAX_STAGES = 8
 MAX_SPLIT = 32
 EPI_BOXES = (0, 1, 2)  # 64-column staging boxes a consumer; 0: its whole rows
+PROMOTIONS = {0: 0, 64: 1, 128: 2, 256: 3}  # L2_PROMOTION bytes: cuda.h's CU_TENSOR_MAP_L2_PROMOTION_*
 # setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
 # gives 128 of its registers back and each consumer takes 64 more. With three (BM = 192: 64 rows each) 512 threads
 # start at 128, which is also what ptxas compiles every path for (__launch_bounds__(512, 1)): a consumer holds at
@@ -125,6 +142,12 @@ def staging_bytes(params: Params) -> int:
     return params["CONSUMERS"] * boxes * consumer_rows(params) * 128
 
 
+def l2_promotion(params: Params) -> Any:
+    """L2_PROMOTION of a configuration: the bytes A's and B's tensor maps ask L2 to fetch a miss as; 256 (what every
+    configuration stored before it used) when it has none."""
+    return params.get("L2_PROMOTION", 256)
+
+
 def split(params: Params) -> int:
     """SPLIT of a configuration; 1 (the tail not split) when it has none (configurations stored before it existed)."""
     return int(params.get("SPLIT", 1))
@@ -158,6 +181,9 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         return f"more than {MAX_ACCUMULATORS} accumulators per consumer thread: {rows} x BN above 64 x 256"
     if epi_boxes(p) not in EPI_BOXES or (epi_boxes(p) and not p["TMA_STORE"]):
         return "EPI_BOXES must be 1 or 2, with TMA_STORE (or 0: the staging holds a consumer's whole rows)"
+    if l2_promotion(p) not in tuple(PROMOTIONS) or isinstance(l2_promotion(p), bool):
+        sizes = ", ".join(map(str, PROMOTIONS))
+        return f"L2_PROMOTION must be one of {sizes} (bytes of an L2 fetch of A and B; 0: none)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if p["RASTER"] < 1:
@@ -269,6 +295,7 @@ class TensorMaps(LaunchBound):
         self.problem = problem
         self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
         self.c_rows = consumer_rows(params) if params["TMA_STORE"] else 0
+        self.promotion = PROMOTIONS[l2_promotion(params)]  # cuda.h's enum for A's and B's maps; C's is 256 bytes
         self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
     def bind(self, a: Any, b: Any, out: Any) -> tuple[Any, Any, Any]:
@@ -303,7 +330,7 @@ class TensorMaps(LaunchBound):
             width, height, box = p.K, rows_mn, (BK, tile)
         else:  # stored K x (MN): rows of M or N
             width, height, box = rows_mn, p.K, (64, BK)
-        return tiled_2d(ptr, width, height, width * 2, box, SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+        return tiled_2d(ptr, width, height, width * 2, box, SWIZZLE_128B, self.promotion, dtype)
 
 
 class WgmmaTemplate(GemmTemplate):
@@ -356,7 +383,8 @@ class WgmmaTemplate(GemmTemplate):
             "scratch_floats/scratch_counters (none without SPLIT), counters zeroed once (the kernel leaves them "
             "zero); the "
             "maps by value (__grid_constant__), from cuTensorMapEncodeTiled with the dtype's 16-bit type, element "
-            "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion 256B, OOB fill none: an operand stored with "
+            "strides {1, 1}, CU_TENSOR_MAP_SWIZZLE_128B, L2 promotion L2_PROMOTION bytes for A and B (0: none; "
+            "256 if absent) and 256 for C, OOB fill none: an operand stored with "
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
             "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "

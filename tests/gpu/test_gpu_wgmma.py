@@ -37,6 +37,9 @@ CONFIGS = [
     dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=4, CLUSTER_M=2),
     dict(WG, BN=208, STAGES=3, RASTER=3),
     dict(WG, BM=64, BN=80, CONSUMERS=1, STAGES=6, RASTER=2, SPLIT=2),
+    # A's and B's maps without L2 promotion, and with 128 bytes (host side only: the same code)
+    dict(WG, STAGES=3, TMA_STORE=True, L2_PROMOTION=0),
+    dict(WG, BM=192, BN=192, CONSUMERS=3, CLUSTER_M=2, TMA_STORE=True, EPI_BOXES=1, L2_PROMOTION=128),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
@@ -65,6 +68,7 @@ def _needs_sm90(settings):
         + (f"sk{p['SPLIT']}" if "SPLIT" in p else "")
         + (f"eb{p['EPI_BOXES']}" if "EPI_BOXES" in p else "")
         + ("pp" if p.get("PINGPONG") else "")
+        + (f"l2p{p['L2_PROMOTION']}" if "L2_PROMOTION" in p else "")
     ),
 )
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):

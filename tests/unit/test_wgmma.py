@@ -326,3 +326,22 @@ def test_tf32x3_configurations_stored_before_split_k_and_prefetch_keep_their_ker
     assert "split_k" not in name and "prefetch" not in name
     assert rendered_tf32x3(old).source == rendered_tf32x3(TF32X3).source
     assert "split_k4" in GEMM.kernel_name("wgmma_tf32x3", dict(TF32X3, SPLIT_K=4), problem)
+
+
+def test_l2_promotion_names_the_kernel_and_sets_only_a_and_bs_tensor_maps():
+    """L2_PROMOTION is the L2 promotion of A's and B's tensor maps (host side): 256 (or absent) renders and names the
+    kernel as before; another value only renames it (the same code), and the maps ask for that promotion."""
+    base = dict(GOOD, STAGES=3, TMA_STORE=True)
+    problem = GEMM.problem([2040, 2056, 2072], "float16", "NN")
+    plain = rendered(base, "NN")
+    assert rendered(dict(base, L2_PROMOTION=256), "NN").source == plain.source
+    for value, enum in ((0, 0), (64, 1), (128, 2), (256, 3)):
+        assert wg.check(dict(base, L2_PROMOTION=value)) is None
+        r = rendered(dict(base, L2_PROMOTION=value), "NN")
+        if value != 256:
+            assert r.kernel_name == plain.kernel_name + f"_l2_promotion{value}"
+            assert r.source.replace(r.kernel_name, "") == plain.source.replace(plain.kernel_name, "")
+        assert wg.TensorMaps(dict(base, L2_PROMOTION=value), problem).promotion == enum
+    assert wg.TensorMaps(base, problem).promotion == 3
+    assert "L2_PROMOTION must be one of 0, 64, 128, 256" in wg.check(dict(base, L2_PROMOTION=32))
+    assert "L2_PROMOTION must be one of" in wg.check(dict(base, L2_PROMOTION=True))
