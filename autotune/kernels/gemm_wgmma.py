@@ -56,6 +56,7 @@ import dataclasses
 from typing import Any
 
 from ..core.limits import SM90, DeviceLimits, multiprocessors
+from ..core.tensormap import L2_PROMOTIONS
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples above use it)
 from .gemm_problem import GemmTemplate
@@ -88,7 +89,7 @@ MAX_ACCUMULATORS = 128  # floats per consumer thread
 MAX_STAGES = 8
 MAX_SPLIT = 32
 EPI_BOXES = (0, 1, 2)  # 64-column staging boxes a consumer; 0: its whole rows
-PROMOTIONS = {0: 0, 64: 1, 128: 2, 256: 3}  # L2_PROMOTION bytes: cuda.h's CU_TENSOR_MAP_L2_PROMOTION_*
+PROMOTIONS = L2_PROMOTIONS  # promotion bytes -> cuda.h's enum (core/tensormap.py)
 # setmaxnreg with two consumers: 384 threads start at 168 registers (65536 / 384, in steps of 8); the producer
 # gives 128 of its registers back and each consumer takes 64 more. With three (BM = 192: 64 rows each) 512 threads
 # start at 128, which is also what ptxas compiles every path for (__launch_bounds__(512, 1)): a consumer holds at

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.limits import SM90, DeviceLimits
+from ..core.tensormap import L2_PROMOTIONS
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem
 from .gemm_problem import GemmTemplate
@@ -56,7 +57,7 @@ MAX_STAGES = 24  # shared memory holds 24 only of the smallest stage (BW 64, MB 
 MAX_SPLIT_K = 64
 SHARES = (1, 2, 4)  # blocks of a group sharing x's or W's stages
 KBOXES = (1, 2, 4)  # boxes of 64 K (of W and of x) a stage
-PROMOTIONS = {0: 0, 64: 1, 128: 2, 256: 3}  # W_PROMOTION bytes: cuda.h's CU_TENSOR_MAP_L2_PROMOTION_*
+PROMOTIONS = L2_PROMOTIONS  # promotion bytes -> cuda.h's enum (core/tensormap.py)
 
 __all__ = ["Problem", "check", "check_problem", "derived", "launch", "scratch"]
 
