@@ -33,6 +33,7 @@ from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.measure.bench import L2Flusher, TimingPlan, time_launches  # noqa: E402
 from autotune.measure.evaluate import Candidate, Settings, evaluate, prepare, verified_run  # noqa: E402
 from autotune.measure.verify import tolerance_for  # noqa: E402
+from autotune.measure.versus import interleave  # noqa: E402
 from autotune.results.store import read, tuned_file  # noqa: E402
 
 GEMM = FAMILIES["gemm"]
@@ -113,13 +114,10 @@ def ours(problem, settings, stored):
 
 
 def interleaved(turns: dict, flush: L2Flusher, plan: TimingPlan, rounds: int) -> dict[str, list[float]]:
-    """Each side's median ms in every round, the sides' order reversed every other round."""
-    names = list(turns)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names if r % 2 == 0 else names[::-1]:
-            times[n].append(time_launches(turns[n], flush, plan).median_ms)
-    return times
+    """Each side's median ms in every round, the sides' order reversed every other round, after a dropped warm
+    round (autotune.measure.versus.interleave)."""
+    times = interleave(list(turns.values()), rounds, lambda fn: time_launches(fn, flush, plan).median_ms)
+    return dict(zip(turns, times, strict=True))
 
 
 def measure(shape: str, dtype: str, settings: Settings, flush: L2Flusher, mm, plan: TimingPlan, stored,

@@ -3,13 +3,15 @@
 A ratio of two medians taken a second apart in one process moves with whatever the GPU did in between (its clocks,
 its temperature, the other process on it): cuBLAS's time of one shape has measured up to 9% apart between two
 re-timings while the kernel beside it moved 3%. Here both sides read the same input arrays and are timed in turns
-(ours, the vendor's, then the vendor's first in the next round, ...), each turn a whole timing plan after its own
-L2 flush; the ratio is the median of the rounds' ratios, so a slow stretch lands on both sides of a round alike.
+(ours, the vendor's, then the vendor's first in the next round, ...), after a warm round that is dropped, each turn
+a whole timing plan after its own L2 flush; the ratio is the median of the rounds' ratios, so a slow stretch lands
+on both sides of a round alike.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,12 +52,8 @@ def versus(c: Compiled, settings: Settings, flush: L2Flusher | None = None, roun
     problem = c.candidate.problem
     vendor = FAMILIES[c.candidate.kernel].vendor(problem, fixture.inputs)
     flush = flush or L2Flusher()
-    ours: list[Timing] = []
-    theirs: list[Timing] = []
-    for i in range(rounds):
-        turns = [(run, ours), *([(vendor[1], theirs)] if vendor else [])]
-        for fn, into in turns if i % 2 == 0 else turns[::-1]:
-            into.append(time_launches(fn, flush, settings.timing))
+    ours, *rest = interleave([run, *([vendor[1]] if vendor else [])], rounds,
+                             lambda fn: time_launches(fn, flush, settings.timing))  # fmt: skip
     mid = _median_round(ours)
     seconds = mid.median_ms / 1e3
     result = _result(
@@ -64,8 +62,23 @@ def versus(c: Compiled, settings: Settings, flush: L2Flusher | None = None, roun
     )  # fmt: skip
     if not vendor:
         return Versus(result, None)
+    theirs = rest[0]
     pairs = tuple((o.median_ms, v.median_ms) for o, v in zip(ours, theirs, strict=True))
     return Versus(result, (vendor[0], _median_round(theirs)), pairs)
+
+
+def interleave(sides: Sequence[Any], rounds: int, time: Callable[[Any], Any]) -> list[list[Any]]:
+    """Each side's timings, ``time(side)`` once a round for ``rounds`` rounds, the order reversed every other round,
+    after one warm round whose timings are dropped: the side timed first on a card that had been idle (compiling,
+    verifying) ran up to 8% faster than it did a round later, at the clock the power cap then allows."""
+    for side in sides:
+        time(side)  # the warm round
+    timings: list[list[Any]] = [[] for _ in sides]
+    for i in range(rounds):
+        order = range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))
+        for k in order:
+            timings[k].append(time(sides[k]))
+    return timings
 
 
 def _median_round(timings: list[Timing]) -> Timing:

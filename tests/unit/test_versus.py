@@ -8,7 +8,7 @@ import pytest
 from autotune.core.space import Config
 from autotune.measure.bench import Timing
 from autotune.measure.evaluate import Status, TrialResult
-from autotune.measure.versus import Versus, _median_round, summary, versus
+from autotune.measure.versus import Versus, _median_round, interleave, summary, versus
 from tests.unit.test_evaluate import SETTINGS, compiled
 
 
@@ -49,3 +49,28 @@ def test_a_candidate_refused_before_the_gpu_is_returned_with_its_reason_and_noth
 def test_rounds_must_be_at_least_one():
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         versus(compiled(64), SETTINGS, rounds=0)
+
+
+def test_a_warm_round_is_dropped_and_the_first_side_alternates():
+    # a card that starts cool: whatever runs first is 8% faster, later turns all take their steady time
+    calls: list[str] = []
+
+    def time(side: str) -> float:
+        calls.append(side)
+        return {"ours": 1.0, "cuBLAS": 1.0}[side] * (0.92 if len(calls) == 1 else 1.0)
+
+    ours, theirs = interleave(["ours", "cuBLAS"], 3, time)
+    assert calls == ["ours", "cuBLAS", "ours", "cuBLAS", "cuBLAS", "ours", "ours", "cuBLAS"]
+    assert ours == [1.0, 1.0, 1.0] and theirs == [1.0, 1.0, 1.0], "the cool first turn was kept"
+
+
+@pytest.mark.parametrize("sides", [1, 2, 3])
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_every_side_is_timed_once_a_round_after_the_warm_round(sides, rounds):
+    calls: list[int] = []
+    timings = interleave(list(range(sides)), rounds, lambda s: calls.append(s) or len(calls))
+    assert calls[:sides] == list(range(sides))
+    assert [len(t) for t in timings] == [rounds] * sides
+    for r in range(rounds):
+        turn = calls[sides * (r + 1) : sides * (r + 2)]
+        assert turn == (list(range(sides)) if r % 2 == 0 else list(range(sides))[::-1])
