@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -71,6 +72,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="time with the search's short plan (a smoke run)")
     ap.add_argument("--rounds", type=rounds_arg, default=ROUNDS, help=f"interleaved rounds an entry (default {ROUNDS})")
+    ap.add_argument("--only", action="append", metavar="PATTERN",
+                    help="time only the entries whose key (dtype/layout/shape) matches this shell pattern, e.g. "
+                    "'*/NN/4096x4096x4096' (repeatable; default: every entry)")  # fmt: skip
     args = ap.parse_args()
 
     import cupy
@@ -86,6 +90,8 @@ def main() -> int:
     flush = L2Flusher()
     rows = []
     for key, e in doc["entries"].items():
+        if args.only and not any(fnmatch.fnmatchcase(key, pat) for pat in args.only):
+            continue
         dtype, layout, label = key.split("/")
         problem = family.problem(label, dtype, layout)
         if not fits_installed(args.kernel, e["template"], e["params"]):
@@ -110,7 +116,8 @@ def main() -> int:
             "stored_x_vendor": e.get("vendor_ratio"), **floor,
         })  # fmt: skip
     if not rows:
-        print(f"tuned_vs_vendor: no entry of {path} fits the installed templates; tune again.", file=sys.stderr)
+        which = f" matching {' or '.join(args.only)}" if args.only else ""
+        print(f"tuned_vs_vendor: no entry of {path}{which} fits the installed templates.", file=sys.stderr)
         return 1
 
     meta = {
@@ -128,6 +135,7 @@ def main() -> int:
         f"(at most {plan.max_repeats}) of CUDA-event-timed launches with L2 flushed before each; ms: the median "
         "round's, x_vendor: the median of the rounds' ratios",
         "quick": args.quick,
+        "only": args.only,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{args.kernel}_{gpu.key}"
@@ -144,7 +152,7 @@ def main() -> int:
         f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
         print(f"{r['dtype']:>8} {r['layout']:>6} {r['shape']:>16} {r['status']:>9} {f(r['ms'], '.4f'):>9} "
               f"{f(r['tflops'], '.1f'):>8} {f(r['tbps'], '.2f'):>6} {f(r['vendor_tflops'], '.1f'):>8} "
-              f"{f(r['vendor_tbps'], '.2f'):>6} {f(r['x_vendor'], '.2f'):>9} {f(r.get('pct_floor'), '.1f'):>8} "
+              f"{f(r['vendor_tbps'], '.2f'):>6} {f(r['x_vendor'], '.3f'):>9} {f(r.get('pct_floor'), '.1f'):>8} "
               f"{f(r.get('vendor_pct_floor'), '.1f'):>8}  {r['kernel']}")  # fmt: skip
     return 0 if all(r["status"] == "complete" for r in rows) else 1
 

@@ -23,6 +23,7 @@ MAP_BYTES = 128
 FLOAT16 = 6  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
 FLOAT32 = 7  # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
 BFLOAT16 = 9  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+SWIZZLE_32B = 1  # CU_TENSOR_MAP_SWIZZLE_32B: the two 16-byte pieces of each 32 bytes swapped by bit 7 of the address
 SWIZZLE_64B = 2  # CU_TENSOR_MAP_SWIZZLE_64B: 16-byte pieces of each 64 bytes permuted by bits 7..8 of the address
 SWIZZLE_128B = 3  # CU_TENSOR_MAP_SWIZZLE_128B: 16-byte pieces of each 128 bytes permuted by bits 7..9
 INTERLEAVE_NONE = 0

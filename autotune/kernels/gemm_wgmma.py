@@ -4,15 +4,11 @@ fp32 accumulation, every layout, operands read in place through TMA tensor maps.
 A block is a producer warpgroup (one thread issues the TMA copies of a ring of STAGES stages) and CONSUMERS (1-3)
 warpgroups that run ``wgmma.mma_async`` m64n{BN}k16 from shared memory, each on BM / CONSUMERS rows of the
 BM x BN block tile; blocks are persistent (one per SM, tiles walked in a RASTER-grouped order). Every check here
-is mirrored by a ``static_assert`` in the template. Three consumers make 192-row tiles, for problems whose tile
-count in 128- or 256-row tiles falls just past a whole wave of SMs (2040x2056: 144 tiles of 128 x 256 on 132 SMs
-take two rounds; 121 of 192 x 192 take one).
+is mirrored by a ``static_assert`` in the template. Three consumers make 192-row tiles, for tile counts just past a
+whole wave of SMs in 128- or 256-row tiles (2040x2056: 144 tiles of 128 x 256 on 132 SMs; 121 of 192 x 192).
 
-The tensor maps need 16-byte aligned rows: a leading dimension that is a multiple of 8 elements and 16-byte
-aligned operands. Other problems are refused (``check_problem``); the mma template packs such operands and
-computes them.
-
-Example::
+The tensor maps need 16-byte aligned rows (leading dimensions a multiple of 8 elements) and 16-byte aligned operands;
+``check_problem`` refuses other problems, which the mma template packs and computes. Example::
 
     >>> p = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=2, TMA_STORE=False)
     >>> d = derived(p)
@@ -28,17 +24,18 @@ consumers alternate tiles, each the whole BM x BN tile, so one stores its tile w
     >>> derived(dict(p, CLUSTER_M=1, STAGES=4, TMA_STORE=True, EPI_BOXES=2))["SHARED_BYTES"]  # 4 stages + 4 boxes
     230464
 
-BN may be any multiple of 16 from 64 to 256; one that is not a multiple of 64 (say 176: 2040 x 2056 in 192 x 176 tiles
-is 132 tiles, one wave of the H200's SMs, where 192 x 192 leaves 11 SMs idle) stores C from registers::
+BN may be any multiple of 16 from 64 to 256; one that is no multiple of 64 (176: 2040 x 2056 in 132 tiles of 192 x 176)
+takes whole 64-column boxes of the ring, and its TMA store (no EPI_BOXES) boxes of 16 columns, ending at the tile::
 
-    >>> check(dict(p, BM=192, BN=176, CONSUMERS=3, CLUSTER_M=1, TMA_STORE=False)) is None
+    >>> check(dict(p, BM=192, BN=176, CONSUMERS=3, STAGES=3, CLUSTER_M=1, TMA_STORE=True)) is None
     True
     >>> derived(dict(p, BN=176))["SHARED_BYTES"] == derived(dict(p, BN=192))["SHARED_BYTES"]  # whole 64-column boxes
     True
+    >>> staging_bytes(dict(p, BM=192, BN=176, CONSUMERS=3, TMA_STORE=True))  # 192 rows x 176 columns x 2 bytes
+    67584
 
-L2_PROMOTION (optional, default 256) is the L2 promotion of A's and B's tensor maps in bytes (0: none; 64, 128): how
-much L2 fetches from memory on a miss. It changes no source, only the maps made at launch (TensorMaps below). Where
-rows are not whole 128 bytes, 128 measured faster than 256 (H200, 2040x2056x2072: 35.2 against 36.1 us).
+L2_PROMOTION (optional, default 256): the L2 promotion of A's and B's tensor maps in bytes (0: none; 64, 128), how much
+L2 fetches on a miss; only the maps made at launch change (TensorMaps). 128 won 2040x2056x2072 (rows not whole 128 B).
 
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
@@ -56,7 +53,7 @@ import dataclasses
 from typing import Any
 
 from ..core.limits import SM90, DeviceLimits, multiprocessors
-from ..core.tensormap import L2_PROMOTIONS
+from ..core.tensormap import L2_PROMOTIONS, SWIZZLE_32B
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples above use it)
 from .gemm_problem import GemmTemplate
@@ -139,8 +136,13 @@ def staging_bytes(params: Params) -> int:
     """The TMA store's staging in shared memory: each consumer's rows, whole or EPI_BOXES boxes of 64 columns."""
     if not params["TMA_STORE"]:
         return 0
-    boxes = epi_boxes(params) or params["BN"] // 64
-    return params["CONSUMERS"] * boxes * consumer_rows(params) * 128
+    row_bytes = 128 * epi_boxes(params) if epi_boxes(params) else 2 * params["BN"]
+    return params["CONSUMERS"] * consumer_rows(params) * row_bytes
+
+
+def c_box(params: Params) -> int:
+    """Columns of a TMA store's box: 64, or 16 (32-byte swizzle) where BN is no multiple of 64 (none crosses a tile)."""
+    return 16 if params["BN"] % 64 else 64
 
 
 def l2_promotion(params: Params) -> Any:
@@ -168,11 +170,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         )
     if p["BN"] % BN_STEP or not 64 <= p["BN"] <= 256:
         return f"BN must be a multiple of {BN_STEP} from 64 to 256 (the wgmma's N)"
-    if p["BN"] % 64 and p["TMA_STORE"]:
-        return (
-            f"BN = {p['BN']} is no multiple of 64: C is stored from registers (TMA_STORE false), since the TMA "
-            "store's 64-column boxes would cross into the next tile"
-        )
+    if p["BN"] % 64 and epi_boxes(p):
+        return f"EPI_BOXES needs BN a multiple of 64 (its boxes are 64 columns), not {p['BN']}: EPI_BOXES must be 0"
     if pingpong(p) and (p["CONSUMERS"] != 2 or p["CLUSTER_M"] != 1 or split(p) != 1):
         return "PINGPONG needs CONSUMERS = 2 and CLUSTER_M = 1, without a split tail (SPLIT = 1)"
     rows = "BM" if pingpong(p) else "BM / CONSUMERS"
@@ -290,12 +289,13 @@ class TensorMaps(LaunchBound):
     """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
     host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER_M) rows,
     M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
-    reads) in boxes of 64 columns x a consumer's rows (BM / CONSUMERS, BM with PINGPONG); all with 128-byte swizzle."""
+    reads) in boxes of 64 columns (16 with 32-byte swizzle where BN is no multiple of 64) x a consumer's rows
+    (BM / CONSUMERS, BM with PINGPONG); the rest with 128-byte swizzle."""
 
     def __init__(self, params: Params, problem: Any) -> None:
         self.problem = problem
         self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
-        self.c_rows = consumer_rows(params) if params["TMA_STORE"] else 0
+        self.c_rows, self.c_box = (consumer_rows(params) if params["TMA_STORE"] else 0), c_box(params)
         self.promotion = PROMOTIONS[l2_promotion(params)]  # cuda.h's enum for A's and B's maps; C's is 256 bytes
         self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
@@ -322,7 +322,8 @@ class TensorMaps(LaunchBound):
         if which == 2:
             if not self.c_rows:
                 return np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
-            return tiled_2d(ptr, p.N, p.M, p.N * 2, (64, self.c_rows), SWIZZLE_128B, L2_PROMOTION_256B, dtype)
+            swizzle = SWIZZLE_128B if self.c_box == 64 else SWIZZLE_32B  # 16 columns: 32 bytes a row
+            return tiled_2d(ptr, p.N, p.M, p.N * 2, (self.c_box, self.c_rows), swizzle, L2_PROMOTION_256B, dtype)
         trans = p.layout[which] == "T"
         rows_mn = p.M if which == 0 else p.N
         tile = self.bm if which == 0 else self.bn_box
@@ -389,10 +390,9 @@ class WgmmaTemplate(GemmTemplate):
             "K contiguous (A in layout N?, B in ?T) has dims {K, rows}, stride {K*2} bytes, box {64, BM} (A) or "
             "{64, BN/CLUSTER_M} (B); one stored with K as rows (A in T?, B in ?N) has dims {M or N, K}, stride "
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
-            "{64, BM/CONSUMERS} ({64, BM} with PINGPONG). Grid: (CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), "
-            "1, 1), groups = "
-            "ceil(ceil(M/BM) / CLUSTER_M) * ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a "
-            "cluster of (2, 1, 1)."
+            "{64, BM/CONSUMERS} ({64, BM} with PINGPONG; 16 columns, 32-byte swizzle where BN % 64 != 0). Grid: "
+            "(CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), 1, 1), groups = ceil(ceil(M/BM) / CLUSTER_M) * "
+            "ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1)."
         )
 
 

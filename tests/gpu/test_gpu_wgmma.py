@@ -1,7 +1,7 @@
 """GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
 the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; tile widths
-that are no multiple of 64 (BN 176, 208, 80); a split tail
+that are no multiple of 64 (BN 176, 208, 80; 176, 112, 240 with the TMA store); a split tail
 (SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch."""
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ CONFIGS = [
     dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=4, CLUSTER_M=2),
     dict(WG, BN=208, STAGES=3, RASTER=3),
     dict(WG, BM=64, BN=80, CONSUMERS=1, STAGES=6, RASTER=2, SPLIT=2),
+    # and stored by TMA in boxes of 16 columns: 192 x 176 (cuBLAS's 2040 x 2056 cut), pingpong 128 x 112, block pairs
+    # of 128 x 240
+    dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True),
+    dict(WG, BN=112, STAGES=4, RASTER=3, TMA_STORE=True, PINGPONG=True),
+    dict(WG, BN=240, STAGES=3, CLUSTER_M=2, TMA_STORE=True),
     # A's and B's maps without L2 promotion, and with 128 bytes (host side only: the same code)
     dict(WG, STAGES=3, TMA_STORE=True, L2_PROMOTION=0),
     dict(WG, BM=192, BN=192, CONSUMERS=3, CLUSTER_M=2, TMA_STORE=True, EPI_BOXES=1, L2_PROMOTION=128),

@@ -39,6 +39,10 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         (dict(GOOD, BM=192, BN=176, CONSUMERS=3), "NT", "bfloat16", 128),
         (dict(GOOD, BN=208, STAGES=3, CLUSTER_M=2), "TT", "float16", 168),
         (dict(GOOD, BM=64, BN=80, CONSUMERS=1, STAGES=6, SPLIT=4), "TN", "bfloat16", None),
+        # and stored by TMA in boxes of 16 columns: three consumers, pingpong consumers, block pairs
+        (dict(GOOD, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True), "NN", "float16", 128),
+        (dict(GOOD, BN=112, STAGES=4, TMA_STORE=True, PINGPONG=True), "TN", "bfloat16", 168),
+        (dict(GOOD, BN=240, STAGES=3, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", 168),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -58,7 +62,7 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(CONSUMERS=3, BM=384, BN=128, STAGES=2), ["BM", "at most 256"]),
         (dict(BN=72), ["BN", "multiple of 16"]),
         (dict(BN=272), ["BN", "to 256"]),
-        (dict(BN=176, TMA_STORE=True), ["BN = 176", "TMA_STORE", "next tile"]),
+        (dict(BN=176, TMA_STORE=True, EPI_BOXES=1), ["EPI_BOXES", "multiple of 64", "176"]),
         (dict(BM=192), ["BM / CONSUMERS"]),
         (dict(CONSUMERS=1, BM=128, BN=256), ["accumulators"]),
         (dict(STAGES=9), ["STAGES"]),
@@ -90,6 +94,11 @@ def test_staging_boxes_buy_a_stage_and_pingpong_stages_whole_tiles_per_consumer(
     assert wg.derived(pp)["SHARED_BYTES"] == 5 * (128 + 128) * 64 * 2 + 2 * 128 * 128 * 2 + 1024 + 16 * 5
     assert wg.TensorMaps(pp, GEMM.problem("4096x4096x4096", "float16")).c_rows == 128
     assert wg.TensorMaps(dict(pp, PINGPONG=False), GEMM.problem("4096x4096x4096", "float16")).c_rows == 64
+    odd = dict(stored, BM=192, BN=176, CONSUMERS=3, STAGES=3)  # BN no multiple of 64: 16-column boxes, 32 bytes a row
+    maps = wg.TensorMaps(odd, GEMM.problem("2040x2056x2072", "float16"))
+    assert (maps.c_box, maps.c_rows) == (16, 64) and wg.TensorMaps(stored, maps.problem).c_box == 64
+    assert wg.derived(odd)["SHARED_BYTES"] == 3 * (192 + 192) * 64 * 2 + 192 * 176 * 2 + 1024 + 16 * 3
+    assert "n0 + 16 * j" in rendered(odd, "NN").source and "n0 + 16 * j" not in rendered(stored, "NN").source
     named = rendered(dict(pp, EPI_BOXES=1), "NN").kernel_name
     assert named.endswith("_epi_boxes1_pingpong1") and rendered(stored | {"STAGES": 3}, "NN").kernel_name.endswith(
         "tma_store1"
