@@ -53,11 +53,11 @@ import dataclasses
 from typing import Any
 
 from ..core.limits import SM90, DeviceLimits, multiprocessors
-from ..core.tensormap import L2_PROMOTIONS, SWIZZLE_32B
+from ..core.tensormap import L2_PROMOTIONS, SWIZZLE_32B, SWIZZLE_128B
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples above use it)
-from .gemm_problem import GemmTemplate
-from .template import LaunchBound
+from .gemm_problem import GemmTemplate, problem_variant
+from .gemm_wgmma_maps import CMap, TensorMaps
 
 PARAMS = (
     "BM",
@@ -71,10 +71,14 @@ PARAMS = (
     "EPI_BOXES",
     "PINGPONG",
     "L2_PROMOTION",
+    "SWAP_AB",
 )
 # these came after winners were stored: at their defaults (or absent) the kernel renders and is named as before
-DEFAULTS: tuple[tuple[str, Any], ...] = (("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False), ("L2_PROMOTION", 256))
-KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), ("L2_PROMOTION", "int>=0"))
+DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False), ("L2_PROMOTION", 256), ("SWAP_AB", False),
+)  # fmt: skip
+KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), ("L2_PROMOTION", "int>=0"),
+         ("SWAP_AB", "bool"))  # fmt: skip
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -114,6 +118,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "MAX_SPLIT": MAX_SPLIT,
         "EPI_BOXES": epi_boxes(p),
         "PINGPONG": pingpong(p),
+        "SWAP_AB": swap_ab(p),
     }
 
 
@@ -170,6 +175,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
         )
     if p["BN"] % BN_STEP or not 64 <= p["BN"] <= 256:
         return f"BN must be a multiple of {BN_STEP} from 64 to 256 (the wgmma's N)"
+    if swap_ab(p) and epi_boxes(p):
+        return "SWAP_AB stages each consumer's rows whole (boxes of 64 of C's columns x BN rows): EPI_BOXES must be 0"
     if p["BN"] % 64 and epi_boxes(p):
         return f"EPI_BOXES needs BN a multiple of 64 (its boxes are 64 columns), not {p['BN']}: EPI_BOXES must be 0"
     if pingpong(p) and (p["CONSUMERS"] != 2 or p["CLUSTER_M"] != 1 or split(p) != 1):
@@ -239,7 +246,7 @@ def launch(params: Params, problem: Any) -> Launch:
     """One persistent block per SM (or per tile, SPLIT blocks a tile with a split tail, when there are fewer or no
     GPU to count SMs on), in whole clusters."""
     d, cluster = derived(params), params["CLUSTER_M"]
-    n = groups(params, problem) * split(params)
+    n = groups(params, computed(params, problem)) * split(params)
     sms = multiprocessors()
     return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
 
@@ -249,7 +256,7 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
     consumer of each; none without it."""
     if split(params) == 1:
         return 0, 0
-    tail = Tail.of(params, problem, launch(params, problem).grid[0])
+    tail = Tail.of(params, computed(params, problem), launch(params, problem).grid[0])
     return tail.sk * tail.pieces * params["BM"] * params["BN"], tail.sk * params["CONSUMERS"]
 
 
@@ -285,54 +292,34 @@ def walk(params: Params, problem: Any, blocks: int) -> list[list[tuple[int, int,
     ]
 
 
-class TensorMaps(LaunchBound):
-    """The tensor maps of a launch's A, B and C, made per operand address (a few of each are kept: making one is
-    host work). K-major operands (A in layout N?, B in ?T) are copied in boxes of 64 K x BM (BN / CLUSTER_M) rows,
-    M/N-major ones in boxes of 64 M (N) x 64 K rows; C (TMA_STORE only, else 128 zero bytes the kernel never
-    reads) in boxes of 64 columns (16 with 32-byte swizzle where BN is no multiple of 64) x a consumer's rows
-    (BM / CONSUMERS, BM with PINGPONG); the rest with 128-byte swizzle."""
+def swap_ab(params: Params) -> bool:
+    """Whether the kernel computes C^T = B^T A^T (SWAP_AB); False for configurations without it."""
+    return bool(params.get("SWAP_AB", False))
 
-    def __init__(self, params: Params, problem: Any) -> None:
-        self.problem = problem
-        self.bm, self.bn_box = params["BM"], params["BN"] // params["CLUSTER_M"]
-        self.c_rows, self.c_box = (consumer_rows(params) if params["TMA_STORE"] else 0), c_box(params)
-        self.promotion = PROMOTIONS[l2_promotion(params)]  # cuda.h's enum for A's and B's maps; C's is 256 bytes
-        self._maps: tuple[dict[int, Any], ...] = ({}, {}, {})
 
-    def bind(self, a: Any, b: Any, out: Any) -> tuple[Any, Any, Any]:
-        return self._map(0, a.data.ptr), self._map(1, b.data.ptr), self._map(2, out.data.ptr)
+def swapped(problem: Any) -> Any:
+    """The problem a SWAP_AB kernel computes: C^T (N x M) = B^T A^T, its A the caller's B and its B the caller's A,
+    each in the layout that reads the same memory (a row-major B is a B^T stored transposed)."""
+    layout = ("N" if problem.layout[1] == "T" else "T") + ("T" if problem.layout[0] == "N" else "N")
+    return dataclasses.replace(problem, M=problem.N, N=problem.M, layout=layout)
 
-    def _map(self, which: int, ptr: int) -> Any:
-        cache = self._maps[which]
-        found = cache.get(ptr)
-        if found is None:
-            found = self._make(which, ptr)
-            if len(cache) >= 8:
-                cache.clear()
-            cache[ptr] = found
-        return found
 
-    def _make(self, which: int, ptr: int) -> Any:
-        import numpy as np
+def computed(params: Params, problem: Any) -> Any:
+    """The problem the kernel computes: ``swapped`` with SWAP_AB, else the caller's."""
+    return swapped(problem) if swap_ab(params) else problem
 
-        from ..core.tensormap import BFLOAT16, FLOAT16, L2_PROMOTION_256B, MAP_BYTES, SWIZZLE_128B, tiled_2d
 
-        p = self.problem
-        dtype = BFLOAT16 if p.dtype == "bfloat16" else FLOAT16
-        if which == 2:
-            if not self.c_rows:
-                return np.zeros(1, dtype=np.dtype((np.void, MAP_BYTES)))
-            swizzle = SWIZZLE_128B if self.c_box == 64 else SWIZZLE_32B  # 16 columns: 32 bytes a row
-            return tiled_2d(ptr, p.N, p.M, p.N * 2, (self.c_box, self.c_rows), swizzle, L2_PROMOTION_256B, dtype)
-        trans = p.layout[which] == "T"
-        rows_mn = p.M if which == 0 else p.N
-        tile = self.bm if which == 0 else self.bn_box
-        k_major = trans if which == 1 else not trans
-        if k_major:  # stored (MN) x K: rows of K
-            width, height, box = p.K, rows_mn, (BK, tile)
-        else:  # stored K x (MN): rows of M or N
-            width, height, box = rows_mn, p.K, (64, BK)
-        return tiled_2d(ptr, width, height, width * 2, box, SWIZZLE_128B, self.promotion, dtype)
+def tensor_maps(params: Params, problem: Any) -> TensorMaps:
+    """The launch's maps (gemm_wgmma_maps). C's is over the caller's C (rows of N): boxes of 64 columns x a
+    consumer's rows, 16 columns (32-byte swizzle) where BN is no multiple of 64; with SWAP_AB 64 columns (the
+    kernel's rows) x BN rows (its columns)."""
+    c = None
+    if params["TMA_STORE"]:
+        box = (64, params["BN"]) if swap_ab(params) else (c_box(params), consumer_rows(params))
+        c = CMap(problem.N, problem.M, box, SWIZZLE_128B if box[0] == 64 else SWIZZLE_32B)
+    bn_box = params["BN"] // params["CLUSTER_M"]
+    promotion = PROMOTIONS[l2_promotion(params)]
+    return TensorMaps(computed(params, problem), params["BM"], bn_box, promotion, c, swap_ab(params))
 
 
 class WgmmaTemplate(GemmTemplate):
@@ -353,6 +340,11 @@ class WgmmaTemplate(GemmTemplate):
     def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
         return derived(params, self.variant_of(problem))
 
+    def context(self, params: Params, problem: Any) -> dict[str, Any]:
+        """With SWAP_AB the variant (layout, TRANS_A, TRANS_B) of the problem the kernel computes; the kernel's
+        name keeps the caller's."""
+        return {**self.derived(params, problem), **problem_variant(computed(params, problem))}
+
     def check(self, params: Params, limits: DeviceLimits) -> str | None:
         return check(params, limits)
 
@@ -368,15 +360,16 @@ class WgmmaTemplate(GemmTemplate):
     def new_scratch(self, params: Params, problem: Any) -> tuple[Any, ...]:
         """The split tail's pair (partials, zeroed counters; unused without SPLIT), then the tensor maps, made per
         operand address at launch."""
-        return (*super().new_scratch(params, problem), TensorMaps(params, problem))
+        return (*super().new_scratch(params, problem), tensor_maps(params, problem))
 
     def takes_scratch(self, scratch: tuple[Any, ...]) -> bool:
         return len(scratch) == 3 and isinstance(scratch[2], TensorMaps)
 
     def kernel_args(self, problem: Any, inputs: Any, out: Any, alpha: float, beta: float,
                     scratch: tuple[Any, ...]) -> tuple[Any, ...]:  # fmt: skip
-        a, b = inputs
-        return super().kernel_args(problem, inputs, out, alpha, beta, (*scratch[:2], *scratch[2].bind(a, b, out)))
+        a, b = inputs[::-1] if scratch[2].swap else inputs  # SWAP_AB: the caller's B is the kernel's A
+        maps = scratch[2].bind(a, b, out)
+        return super().kernel_args(scratch[2].problem, (a, b), out, alpha, beta, (*scratch[:2], *maps))
 
     def c_abi(self) -> str:
         return (

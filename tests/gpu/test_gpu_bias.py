@@ -37,6 +37,10 @@ CASES = [
      (257, 1001, 1000)),
     ("wgmma", dict(BM=128, BN=256, CONSUMERS=2, STAGES=3, RASTER=8, TMA_STORE=True, CLUSTER_M=1, SPLIT=4), "float16",
      (300, 1000, 4096)),  # a split tail: the bias added once, by the run that sums the tile
+    ("wgmma", dict(BM=192, BN=176, CONSUMERS=3, STAGES=3, RASTER=8, TMA_STORE=True, CLUSTER_M=1, SWAP_AB=True),
+     "float16", (300, 1000, 1024)),  # SWAP_AB: the bias runs along the kernel's rows (C's columns)
+    ("wgmma", dict(BM=128, BN=128, CONSUMERS=2, STAGES=4, RASTER=8, TMA_STORE=False, CLUSTER_M=2, SWAP_AB=True),
+     "bfloat16", (257, 1001, 1000)),
     ("skinny_nt", dict(VEC=4, R=2, WARPS_N=2, WARPS_K=4, U=2, MT=4, SPLIT_K=2, MINB=2, MMA=False, PREFETCH=True),
      "float32", (5, 1001, 999)),
     ("skinny_nt", dict(VEC=8, R=8, WARPS_N=2, WARPS_K=2, U=2, MT=32, SPLIT_K=3, MINB=1, MMA=True, PREFETCH=True),

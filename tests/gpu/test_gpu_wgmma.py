@@ -1,7 +1,7 @@
 """GPU tier for the wgmma template (sm_90a): every dtype and layout on fresh random inputs, shapes no tile
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
 the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; tile widths
-that are no multiple of 64 (BN 176, 208, 80; 176, 112, 240 with the TMA store); a split tail
+that are no multiple of 64 (BN 176, 208, 80; 176, 112, 240 with the TMA store); SWAP_AB (C^T = B^T A^T); a split tail
 (SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch."""
 
 from __future__ import annotations
@@ -16,6 +16,14 @@ from tests.gpu.test_gpu_gemm_variants import settings as settings  # the module'
 pytestmark = pytest.mark.gpu
 GEMM = FAMILIES["gemm"]
 WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
+# SWAP_AB (C^T = B^T A^T, C stored transposed): cuBLAS's 2040 x 2056 cut by TMA, block pairs from registers,
+# pingpong consumers, a split tail
+SWAP = [
+    dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True, SWAP_AB=True),
+    dict(WG, STAGES=3, CLUSTER_M=2, SWAP_AB=True),
+    dict(WG, BM=64, BN=144, STAGES=4, RASTER=3, TMA_STORE=True, PINGPONG=True, SWAP_AB=True),
+    dict(WG, BM=64, BN=144, CONSUMERS=1, STAGES=6, TMA_STORE=True, SPLIT=4, SWAP_AB=True),
+]
 CONFIGS = [
     WG,
     dict(WG, BM=256, BN=128, STAGES=3, RASTER=1, CLUSTER_M=2),
@@ -45,6 +53,7 @@ CONFIGS = [
     # A's and B's maps without L2 promotion, and with 128 bytes (host side only: the same code)
     dict(WG, STAGES=3, TMA_STORE=True, L2_PROMOTION=0),
     dict(WG, BM=192, BN=192, CONSUMERS=3, CLUSTER_M=2, TMA_STORE=True, EPI_BOXES=1, L2_PROMOTION=128),
+    *SWAP,
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
@@ -74,6 +83,7 @@ def _needs_sm90(settings):
         + (f"eb{p['EPI_BOXES']}" if "EPI_BOXES" in p else "")
         + ("pp" if p.get("PINGPONG") else "")
         + (f"l2p{p['L2_PROMOTION']}" if "L2_PROMOTION" in p else "")
+        + ("swap" if p.get("SWAP_AB") else "")
     ),
 )
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):
@@ -89,7 +99,8 @@ def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
     _needs_sm90(settings)
     for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3]),
                            ("NN", CONFIGS[5]), ("TT", CONFIGS[7]), ("TN", CONFIGS[8]), ("NT", CONFIGS[9]),
-                           ("NN", CONFIGS[10]), ("TN", CONFIGS[11])):  # fmt: skip
+                           ("NN", CONFIGS[10]), ("TN", CONFIGS[11]),
+                           *zip(("NN", "NT", "TN", "TT"), SWAP, strict=True)):  # fmt: skip
         problem = GEMM.problem([264, 1000, 3000], dtype, layout)
         errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)

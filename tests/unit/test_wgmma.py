@@ -8,10 +8,12 @@ import pytest
 
 from autotune.build.compiler import compile_source
 from autotune.build.templates import render
+from autotune.core.tensormap import SWIZZLE_32B, SWIZZLE_128B
 from autotune.kernels import gemm_wgmma as wg
 from autotune.kernels import gemm_wgmma_decode as wd
 from autotune.kernels import gemm_wgmma_tf32x3 as wt
 from autotune.kernels.gemm import GEMM
+from autotune.kernels.gemm_wgmma_maps import CMap
 from tests.sweep import case_cover
 from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
@@ -43,6 +45,17 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         (dict(GOOD, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True), "NN", "float16", 128),
         (dict(GOOD, BN=112, STAGES=4, TMA_STORE=True, PINGPONG=True), "TN", "bfloat16", 168),
         (dict(GOOD, BN=240, STAGES=3, CLUSTER_M=2, TMA_STORE=True), "NT", "float16", 168),
+        # SWAP_AB (C^T = B^T A^T, C stored transposed): cuBLAS's 2040 x 2056 cut (176 of C's rows x 192 columns),
+        # block pairs from registers, pingpong consumers, a split tail
+        (dict(GOOD, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True, SWAP_AB=True), "NN", "float16", 128),
+        (dict(GOOD, STAGES=3, CLUSTER_M=2, SWAP_AB=True), "TN", "bfloat16", 168),
+        (dict(GOOD, BM=64, BN=144, STAGES=4, TMA_STORE=True, PINGPONG=True, SWAP_AB=True), "NT", "float16", 168),
+        (
+            dict(GOOD, BM=64, BN=144, CONSUMERS=1, STAGES=6, TMA_STORE=True, SPLIT=4, SWAP_AB=True),
+            "TT",
+            "bfloat16",
+            None,
+        ),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -71,6 +84,7 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(CLUSTER_M=4), ["CLUSTER_M"]),
         (dict(TMA_STORE=True), ["staging tile", "shared memory"]),
         (dict(TMA_STORE=True, EPI_BOXES=3), ["EPI_BOXES"]),
+        (dict(STAGES=3, TMA_STORE=True, EPI_BOXES=1, SWAP_AB=True), ["SWAP_AB", "EPI_BOXES must be 0"]),
         (dict(EPI_BOXES=1), ["EPI_BOXES", "TMA_STORE"]),
         (dict(BN=128, STAGES=3, PINGPONG=True, CLUSTER_M=2), ["PINGPONG", "CLUSTER_M = 1"]),
         (dict(STAGES=3, PINGPONG=True), ["BM x BN", "accumulators"]),
@@ -92,11 +106,11 @@ def test_staging_boxes_buy_a_stage_and_pingpong_stages_whole_tiles_per_consumer(
         assert d["SHARED_BYTES"] == 4 * stage + 2 * boxes * 64 * 128 + 1024 + 16 * 4
     pp = dict(stored, BN=128, STAGES=5, PINGPONG=True)
     assert wg.derived(pp)["SHARED_BYTES"] == 5 * (128 + 128) * 64 * 2 + 2 * 128 * 128 * 2 + 1024 + 16 * 5
-    assert wg.TensorMaps(pp, GEMM.problem("4096x4096x4096", "float16")).c_rows == 128
-    assert wg.TensorMaps(dict(pp, PINGPONG=False), GEMM.problem("4096x4096x4096", "float16")).c_rows == 64
+    assert wg.tensor_maps(pp, GEMM.problem("4096x4096x4096", "float16")).c.box == (64, 128)
+    assert wg.tensor_maps(dict(pp, PINGPONG=False), GEMM.problem("4096x4096x4096", "float16")).c.box == (64, 64)
     odd = dict(stored, BM=192, BN=176, CONSUMERS=3, STAGES=3)  # BN no multiple of 64: 16-column boxes, 32 bytes a row
-    maps = wg.TensorMaps(odd, GEMM.problem("2040x2056x2072", "float16"))
-    assert (maps.c_box, maps.c_rows) == (16, 64) and wg.TensorMaps(stored, maps.problem).c_box == 64
+    maps = wg.tensor_maps(odd, GEMM.problem("2040x2056x2072", "float16"))
+    assert maps.c == CMap(2056, 2040, (16, 64), SWIZZLE_32B) and wg.tensor_maps(stored, maps.problem).c.box[0] == 64
     assert wg.derived(odd)["SHARED_BYTES"] == 3 * (192 + 192) * 64 * 2 + 192 * 176 * 2 + 1024 + 16 * 3
     assert "n0 + 16 * j" in rendered(odd, "NN").source and "n0 + 16 * j" not in rendered(stored, "NN").source
     named = rendered(dict(pp, EPI_BOXES=1), "NN").kernel_name
@@ -350,7 +364,52 @@ def test_l2_promotion_names_the_kernel_and_sets_only_a_and_bs_tensor_maps():
         if value != 256:
             assert r.kernel_name == plain.kernel_name + f"_l2_promotion{value}"
             assert r.source.replace(r.kernel_name, "") == plain.source.replace(plain.kernel_name, "")
-        assert wg.TensorMaps(dict(base, L2_PROMOTION=value), problem).promotion == enum
-    assert wg.TensorMaps(base, problem).promotion == 3
+        assert wg.tensor_maps(dict(base, L2_PROMOTION=value), problem).promotion == enum
+    assert wg.tensor_maps(base, problem).promotion == 3
     assert "L2_PROMOTION must be one of 0, 64, 128, 256" in wg.check(dict(base, L2_PROMOTION=32))
     assert "L2_PROMOTION must be one of" in wg.check(dict(base, L2_PROMOTION=True))
+
+
+def _logical(stored, trans):
+    """The operand a layout letter hands over: stored as given (N) or its transpose (T)."""
+    return stored.T if trans == "T" else stored
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (64, 16, 40), (5, 5, 5)])
+def test_swap_ab_computes_c_transposed_from_the_same_memory(layout, shape):
+    """The swapped problem's A is the caller's B array and its B the caller's A, read in the swapped layout: what
+    they hand over is B^T and A^T, and their product is C^T (C stored row-major is C^T column-major)."""
+    import numpy as np
+
+    rng = np.random.default_rng(sum(shape))
+    p = GEMM.problem(list(shape), "float16", layout)
+    a = rng.standard_normal((p.K, p.M) if layout[0] == "T" else (p.M, p.K))
+    b = rng.standard_normal((p.N, p.K) if layout[1] == "T" else (p.K, p.N))
+    q = wg.swapped(p)
+    assert (q.M, q.N, q.K) == (p.N, p.M, p.K) and q.dtype == p.dtype
+    a2, b2 = _logical(b, q.layout[0]), _logical(a, q.layout[1])  # the kernel's A and B: the caller's B and A
+    assert a2.shape == (q.M, q.K) and b2.shape == (q.K, q.N)
+    c = _logical(a, layout[0]) @ _logical(b, layout[1])
+    np.testing.assert_allclose(a2 @ b2, c.T)
+    assert wg.swapped(q) == p  # swapping twice is the caller's problem
+
+
+def test_swap_ab_launches_on_the_swapped_problem_with_the_callers_b_as_the_kernels_a(monkeypatch):
+    import numpy as np
+
+    params = dict(GOOD, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True, SWAP_AB=True)
+    problem = GEMM.problem("2040x2056x2072", "float16", "NN")
+    monkeypatch.setattr(wg, "multiprocessors", lambda: None)
+    assert wg.launch(params, problem).grid == (11 * 12, 1, 1)  # 2056 / 192 (C's columns) x 2040 / 176 (its rows)
+    assert wg.launch(dict(params, SWAP_AB=False, BN=192), problem).grid == (11 * 11, 1, 1)
+    maps = wg.tensor_maps(params, problem)
+    assert maps.swap and maps.problem == wg.swapped(problem) and maps.problem.layout == "TT"
+    assert maps.c == CMap(2056, 2040, (64, 176), SWIZZLE_128B) and (maps.bm, maps.bn_box) == (192, 176)
+    monkeypatch.setattr(type(maps), "_map", lambda self, which, ptr: ("map", which, ptr))
+    arr = lambda ptr: type("Array", (), {"data": type("Ptr", (), {"ptr": ptr})()})()  # noqa: E731
+    a, b, out = arr(1), arr(2), arr(3)
+    args = wg.TEMPLATE.kernel_args(problem, (a, b), out, 1.0, 0.0, ("partial", "counters", maps))
+    assert args[:3] == (b, a, out) and args[3:6] == (np.int32(2056), np.int32(2040), np.int32(2072))
+    assert args[8:] == ("partial", "counters", ("map", 0, 2), ("map", 1, 1), ("map", 2, 3))
+    assert "swap_ab1" in rendered(params, "NN").kernel_name and "_f16_nn_" in rendered(params, "NN").kernel_name
