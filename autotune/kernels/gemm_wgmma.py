@@ -29,7 +29,8 @@ takes whole 64-column boxes of the ring, and its TMA store (no EPI_BOXES) boxes 
 
     >>> check(dict(p, BM=192, BN=176, CONSUMERS=3, STAGES=3, CLUSTER_M=1, TMA_STORE=True)) is None
     True
-    >>> derived(dict(p, BN=176))["SHARED_BYTES"] == derived(dict(p, BN=192))["SHARED_BYTES"]  # whole 64-column boxes
+    >>> nmajor = {"TRANS_B": False}  # B stored K x N: its tile in whole 64-column boxes (a K-major one takes BN rows)
+    >>> derived(dict(p, BN=176), nmajor)["SHARED_BYTES"] == derived(dict(p, BN=192), nmajor)["SHARED_BYTES"]
     True
     >>> staging_bytes(dict(p, BM=192, BN=176, CONSUMERS=3, TMA_STORE=True))  # 192 rows x 176 columns x 2 bytes
     67584
@@ -57,7 +58,8 @@ from ..core.tensormap import L2_PROMOTIONS, SWIZZLE_32B, SWIZZLE_128B
 from .base import Launch, Params
 from .gemm_problem import GemmProblem as Problem  # noqa: F401 (the examples above use it)
 from .gemm_problem import GemmTemplate, problem_variant
-from .gemm_wgmma_maps import CMap, TensorMaps
+from .gemm_wgmma_maps import BK, CMap, TensorMaps
+from .gemm_wgmma_walk import Tail, groups, split, walk  # noqa: F401 (walk: the examples above; tests)
 
 PARAMS = (
     "BM",
@@ -82,7 +84,6 @@ KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), (
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
-BK = 64  # elements of K per stage: one 128-byte swizzle row of a K-major tile
 BN_STEP = 16  # BN: a multiple of 16 from 64 to 256 (wgmma's N; a block pair's halves of K-major rows whole 8-row atoms)
 CLUSTERS = (1, 2)
 CONSUMER_ROWS = (64, 128)  # rows of the tile per consumer warpgroup: one or two m64 wgmmas per k-step
@@ -100,14 +101,18 @@ MAX_ACCUMULATORS_3 = 96  # floats per consumer thread with three consumers
 MAX_BM = 256  # A's K-major tile is one TMA box of BM rows, and a box spans at most 256
 
 
-def b_rows(params: Params) -> int:
-    """Rows of B's tile in a ring stage: BN in whole 64-column boxes (BN itself when it is a multiple of 64)."""
-    return -(-params["BN"] // 64) * 64
+def b_rows(params: Params, variant: dict[str, Any] | None = None) -> int:
+    """Rows of B's tile in a ring stage: BN, or BN in whole 64-column boxes where it is no multiple of 64 and B is
+    N-major (not the variant's TRANS_B: copied in boxes of 64 columns). Without a variant the fewest, BN."""
+    whole = variant is not None and not variant["TRANS_B"]
+    return -(-params["BN"] // 64) * 64 if whole else params["BN"]
 
 
 def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The template's derived values; SHARED_BYTES for the variant of the problem the kernel computes (the
+    fewest bytes of any layout without one)."""
     p = params
-    stage = (p["BM"] + b_rows(p)) * BK * 2
+    stage = (p["BM"] + b_rows(p, variant)) * BK * 2
     producer, consumer = REGS.get(p["CONSUMERS"], (40, 232))
     return {
         "THREADS": 128 * (p["CONSUMERS"] + 1),
@@ -154,11 +159,6 @@ def l2_promotion(params: Params) -> Any:
     """L2_PROMOTION of a configuration: the bytes A's and B's tensor maps ask L2 to fetch a miss as; 256 (what every
     configuration stored before it used) when it has none."""
     return params.get("L2_PROMOTION", 256)
-
-
-def split(params: Params) -> int:
-    """SPLIT of a configuration; 1 (the tail not split) when it has none (configurations stored before it existed)."""
-    return int(params.get("SPLIT", 1))
 
 
 def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
@@ -233,19 +233,21 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
             f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
             "multiple of 8"
         )
+    need, most = derived(params, variant_of(params, problem))["SHARED_BYTES"], limits.max_shared_per_block
+    if need > most:  # B N-major with BN no multiple of 64: its tile in whole 64-column boxes
+        return f"in layout {problem.layout}, {params['STAGES']} stages need {need} bytes of shared memory, not {most}"
     return None
 
 
-def groups(params: Params, problem: Any) -> int:
-    """Clusters' worth of tiles: CLUSTER_M vertically adjacent tiles each."""
-    tiles_m = -(-problem.M // params["BM"])
-    return -(-tiles_m // params["CLUSTER_M"]) * -(-problem.N // params["BN"])
+def variant_of(params: Params, problem: Any) -> dict[str, Any]:
+    """The variant (dtype, layout, TRANS_A, TRANS_B) of the problem the kernel computes."""
+    return problem_variant(computed(params, problem))
 
 
 def launch(params: Params, problem: Any) -> Launch:
     """One persistent block per SM (or per tile, SPLIT blocks a tile with a split tail, when there are fewer or no
     GPU to count SMs on), in whole clusters."""
-    d, cluster = derived(params), params["CLUSTER_M"]
+    d, cluster = derived(params, variant_of(params, problem)), params["CLUSTER_M"]
     n = groups(params, computed(params, problem)) * split(params)
     sms = multiprocessors()
     return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
@@ -258,38 +260,6 @@ def scratch(params: Params, problem: Any) -> tuple[int, int]:
         return 0, 0
     tail = Tail.of(params, computed(params, problem), launch(params, problem).grid[0])
     return tail.sk * tail.pieces * params["BM"] * params["BN"], tail.sk * params["CONSUMERS"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Tail:
-    """The kernel's cut (its ``Walk``): tiles [0, dp) whole, a block each in turn; the sk tiles from dp on split
-    into ``pieces`` runs of K's kblocks stages each."""
-
-    kblocks: int
-    dp: int
-    sk: int
-    pieces: int
-
-    @classmethod
-    def of(cls, params: Params, problem: Any, blocks: int) -> Tail:
-        tiles, kblocks = groups(params, problem), -(-problem.K // BK)
-        sk = 0 if split(params) == 1 else tiles if tiles < blocks else tiles % blocks
-        return cls(kblocks, tiles - sk, sk, min(split(params), kblocks))
-
-    def unit(self, u: int) -> tuple[int, int, int]:
-        """Tail unit u: (tile in raster numbering, first stage, stage past the last); run u // sk of tile u % sk."""
-        z, s = divmod(u, self.sk)
-        return self.dp + s, self.kblocks * z // self.pieces, self.kblocks * (z + 1) // self.pieces
-
-
-def walk(params: Params, problem: Any, blocks: int) -> list[list[tuple[int, int, int]]]:
-    """Each block's work as the kernel walks it: (tile in raster numbering, first stage, stage past the last)."""
-    tail = Tail.of(params, problem, blocks)
-    return [
-        [(t, 0, tail.kblocks) for t in range(b, tail.dp, blocks)]
-        + [tail.unit(u) for u in range(b, tail.sk * tail.pieces, blocks)]
-        for b in range(blocks)
-    ]
 
 
 def swap_ab(params: Params) -> bool:
@@ -338,12 +308,12 @@ class WgmmaTemplate(GemmTemplate):
     )
 
     def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
-        return derived(params, self.variant_of(problem))
+        return derived(params, None if problem is None else variant_of(params, problem))
 
     def context(self, params: Params, problem: Any) -> dict[str, Any]:
         """With SWAP_AB the variant (layout, TRANS_A, TRANS_B) of the problem the kernel computes; the kernel's
         name keeps the caller's."""
-        return {**self.derived(params, problem), **problem_variant(computed(params, problem))}
+        return {**self.derived(params, problem), **variant_of(params, problem)}
 
     def check(self, params: Params, limits: DeviceLimits) -> str | None:
         return check(params, limits)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .template import LaunchBound
 
-BK = 64  # elements of K per stage (the template's BK)
+BK = 64  # elements of K per stage (the template's BK): one 128-byte swizzle row of a K-major tile
 
 
 @dataclass(frozen=True)

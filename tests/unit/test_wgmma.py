@@ -4,6 +4,8 @@ whose rows the tensor maps cannot take are refused with the reason; the launch i
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune.build.compiler import compile_source
@@ -111,7 +113,16 @@ def test_staging_boxes_buy_a_stage_and_pingpong_stages_whole_tiles_per_consumer(
     odd = dict(stored, BM=192, BN=176, CONSUMERS=3, STAGES=3)  # BN no multiple of 64: 16-column boxes, 32 bytes a row
     maps = wg.tensor_maps(odd, GEMM.problem("2040x2056x2072", "float16"))
     assert maps.c == CMap(2056, 2040, (16, 64), SWIZZLE_32B) and wg.tensor_maps(stored, maps.problem).c.box[0] == 64
-    assert wg.derived(odd)["SHARED_BYTES"] == 3 * (192 + 192) * 64 * 2 + 192 * 176 * 2 + 1024 + 16 * 3
+    # B's tile: whole 64-column boxes where B is N-major (layout ?N), its 176 rows where K-major (?T)
+    for layout, b_rows in (("NN", 192), ("TN", 192), ("NT", 176), ("TT", 176)):
+        need = wg.WgmmaTemplate().derived(odd, GEMM.problem("2040x2056x2072", "float16", layout))["SHARED_BYTES"]
+        assert need == 3 * (192 + b_rows) * 64 * 2 + 192 * 176 * 2 + 1024 + 16 * 3, layout
+    assert wg.derived(odd)["SHARED_BYTES"] == 3 * (192 + 176) * 64 * 2 + 192 * 176 * 2 + 1024 + 16 * 3  # the fewest
+    # so 64 x 144 tiles fit 7 stages where B is K-major (its 144 rows), and are refused where it is N-major (192)
+    seven, problem = dict(GOOD, BM=64, BN=144, CONSUMERS=1, STAGES=7, TMA_STORE=True), maps.problem
+    assert wg.check(seven) is None and wg.check_problem(seven, dataclasses.replace(problem, layout="NT")) is None
+    assert "in layout NN, 7 stages need 248944 bytes" in wg.check_problem(seven, problem)  # 7 x 256 rows + staging
+    assert wg.check_problem(dict(seven, SWAP_AB=True), problem) is None  # it computes C^T in layout TT
     assert "n0 + 16 * j" in rendered(odd, "NN").source and "n0 + 16 * j" not in rendered(stored, "NN").source
     named = rendered(dict(pp, EPI_BOXES=1), "NN").kernel_name
     assert named.endswith("_epi_boxes1_pingpong1") and rendered(stored | {"STAGES": 3}, "NN").kernel_name.endswith(
