@@ -355,7 +355,10 @@ class WgmmaTemplate(GemmTemplate):
             "{(M or N)*2}, box {64, 64}; C (TMA_STORE, else 128 zero bytes) dims {N, M}, stride {N*2}, box "
             "{64, BM/CONSUMERS} ({64, BM} with PINGPONG; 16 columns, 32-byte swizzle where BN % 64 != 0). Grid: "
             "(CLUSTER_M * min(groups * SPLIT, SMs / CLUSTER_M), 1, 1), groups = ceil(ceil(M/BM) / CLUSTER_M) * "
-            "ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1)."
+            "ceil(N/BN); block 128 * (CONSUMERS + 1) threads; with CLUSTER_M = 2 a cluster of (2, 1, 1). With "
+            "SWAP_AB all of this is for C^T = B^T A^T: pass B as A and A as B, M and N swapped, each operand's map "
+            "made in the swapped layout (a layout letter flips: B stored K x N is B^T stored transposed), and C's map "
+            "over the caller's C (dims {N, M}) with box {64, BN}."
         )
 
 
