@@ -38,6 +38,10 @@ takes whole 64-column boxes of the ring, and its TMA store (no EPI_BOXES) boxes 
 L2_PROMOTION (optional, default 256): the L2 promotion of A's and B's tensor maps in bytes (0: none; 64, 128), how much
 L2 fetches on a miss; only the maps made at launch change (TensorMaps). 128 won 2040x2056x2072 (rows not whole 128 B).
 
+SWAP_AB (optional, default False) computes C^T = B^T A^T (``swapped``: the caller's B as the kernel's A, M and N
+swapped, each operand in the layout that reads the same memory; C stored transposed), so BM runs along C's columns
+and BN, any multiple of 16, along its rows: 272x4096x4096 in tiles of 64 columns by 144 rows computes 288 rows.
+
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
 after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
