@@ -17,12 +17,13 @@ pytestmark = pytest.mark.gpu
 GEMM = FAMILIES["gemm"]
 WG = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
 # SWAP_AB (C^T = B^T A^T, C stored transposed): cuBLAS's 2040 x 2056 cut by TMA, block pairs from registers,
-# pingpong consumers, a split tail
+# pingpong consumers, a split tail, cuBLAS's 4096^3 structure (two consumers of 128 of C's columns)
 SWAP = [
     dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, TMA_STORE=True, SWAP_AB=True),
     dict(WG, STAGES=3, CLUSTER_M=2, SWAP_AB=True),
     dict(WG, BM=64, BN=144, STAGES=4, RASTER=3, TMA_STORE=True, PINGPONG=True, SWAP_AB=True),
     dict(WG, BM=64, BN=144, CONSUMERS=1, STAGES=6, TMA_STORE=True, SPLIT=4, SWAP_AB=True),
+    dict(WG, BM=256, BN=128, STAGES=3, RASTER=16, TMA_STORE=True, SWAP_AB=True),  # 128 rows a consumer: 2 boxes
 ]
 CONFIGS = [
     WG,
@@ -100,7 +101,7 @@ def test_wgmma_relaunches_with_alpha_beta(settings, dtype):
     for layout, params in (("NN", WG), ("TT", CONFIGS[1]), ("NT", CONFIGS[2]), ("TN", CONFIGS[3]),
                            ("NN", CONFIGS[5]), ("TT", CONFIGS[7]), ("TN", CONFIGS[8]), ("NT", CONFIGS[9]),
                            ("NN", CONFIGS[10]), ("TN", CONFIGS[11]),
-                           *zip(("NN", "NT", "TN", "TT"), SWAP, strict=True)):  # fmt: skip
+                           *zip(("NN", "NT", "TN", "TT", "NN"), SWAP, strict=True)):  # fmt: skip
         problem = GEMM.problem([264, 1000, 3000], dtype, layout)
         errors = _launch_twice(settings, "wgmma", params, problem, alpha=0.75, beta=-1.5)
         assert all(e < tolerance_for(dtype) for e in errors), (layout, params, errors)
