@@ -65,6 +65,12 @@ def rounds_arg(text: str) -> int:
     return int(text)
 
 
+def selected(entries: dict[str, Any], only: list[str] | None) -> list[tuple[str, Any]]:
+    """The (key, entry) pairs to time: those whose key (dtype/layout/shape) matches one of the ``only`` shell
+    patterns, or all of them without patterns."""
+    return [(k, e) for k, e in entries.items() if not only or any(fnmatch.fnmatchcase(k, pat) for pat in only)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tuned-dir", type=Path, default=ROOT / "tuned")
@@ -89,9 +95,7 @@ def main() -> int:
     family = FAMILIES[args.kernel]
     flush = L2Flusher()
     rows = []
-    for key, e in doc["entries"].items():
-        if args.only and not any(fnmatch.fnmatchcase(key, pat) for pat in args.only):
-            continue
+    for key, e in selected(doc["entries"], args.only):
         dtype, layout, label = key.split("/")
         problem = family.problem(label, dtype, layout)
         if not fits_installed(args.kernel, e["template"], e["params"]):
