@@ -60,4 +60,3 @@ def test_the_committed_readme_table_is_the_committed_results_and_tuned_file():
     entries = json.loads((ROOT / "tuned/nvidia-h200-sm90/gemm.json").read_text())["entries"]
     readme = (ROOT / "benchmarks/README.md").read_text()
     assert "\n".join(rt.table(results, entries)) in readme, "run: python3 benchmarks/readme_table.py --write"
-
