@@ -237,13 +237,13 @@ def check_problem(params: Params, problem: Any, limits: DeviceLimits = SM90) -> 
             f"TMA_STORE stores C through a tensor map, whose rows must be whole 16 bytes: N = {problem.N} is no "
             "multiple of 8"
         )
-    need, most = derived(params, variant_of(params, problem))["SHARED_BYTES"], limits.max_shared_per_block
+    need, most = derived(params, computed_variant(params, problem))["SHARED_BYTES"], limits.max_shared_per_block
     if need > most:  # B N-major with BN no multiple of 64: its tile in whole 64-column boxes
         return f"in layout {problem.layout}, {params['STAGES']} stages need {need} bytes of shared memory, not {most}"
     return None
 
 
-def variant_of(params: Params, problem: Any) -> dict[str, Any]:
+def computed_variant(params: Params, problem: Any) -> dict[str, Any]:
     """The variant (dtype, layout, TRANS_A, TRANS_B) of the problem the kernel computes."""
     return problem_variant(computed(params, problem))
 
@@ -251,7 +251,7 @@ def variant_of(params: Params, problem: Any) -> dict[str, Any]:
 def launch(params: Params, problem: Any) -> Launch:
     """One persistent block per SM (or per tile, SPLIT blocks a tile with a split tail, when there are fewer or no
     GPU to count SMs on), in whole clusters."""
-    d, cluster = derived(params, variant_of(params, problem)), params["CLUSTER_M"]
+    d, cluster = derived(params, computed_variant(params, problem)), params["CLUSTER_M"]
     n = groups(params, computed(params, problem)) * split(params)
     sms = multiprocessors()
     return Launch((cluster * (min(n, sms // cluster) if sms else n), 1, 1), (d["THREADS"], 1, 1), d["SHARED_BYTES"])
@@ -312,12 +312,12 @@ class WgmmaTemplate(GemmTemplate):
     )
 
     def derived(self, params: Params, problem: Any = None) -> dict[str, Any]:
-        return derived(params, None if problem is None else variant_of(params, problem))
+        return derived(params, None if problem is None else computed_variant(params, problem))
 
     def context(self, params: Params, problem: Any) -> dict[str, Any]:
         """With SWAP_AB the variant (layout, TRANS_A, TRANS_B) of the problem the kernel computes; the kernel's
         name keeps the caller's."""
-        return {**self.derived(params, problem), **variant_of(params, problem)}
+        return {**self.derived(params, problem), **computed_variant(params, problem)}
 
     def check(self, params: Params, limits: DeviceLimits) -> str | None:
         return check(params, limits)
