@@ -42,6 +42,10 @@ SWAP_AB (optional, default False) computes C^T = B^T A^T (``swapped``: the calle
 swapped, each operand in the layout that reads the same memory; C stored transposed), so BM runs along C's columns
 and BN, any multiple of 16, along its rows: 272x4096x4096 in tiles of 64 columns by 144 rows computes 288 rows.
 
+SNAKE (optional, default False) turns the walk back for L2: a block's every other tile reads K backwards, so a
+wave's first stages are those the wave before read last, and every other group of RASTER tile rows walks its columns
+right to left (a model of 4096^3's waves over an LRU L2: 114-126 MB read from DRAM, against 147-149 without).
+
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
 after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
@@ -78,13 +82,15 @@ PARAMS = (
     "PINGPONG",
     "L2_PROMOTION",
     "SWAP_AB",
+    "SNAKE",
 )
 # these came after winners were stored: at their defaults (or absent) the kernel renders and is named as before
 DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False), ("L2_PROMOTION", 256), ("SWAP_AB", False),
+    ("SNAKE", False),
 )  # fmt: skip
 KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), ("L2_PROMOTION", "int>=0"),
-         ("SWAP_AB", "bool"))  # fmt: skip
+         ("SWAP_AB", "bool"), ("SNAKE", "bool"))  # fmt: skip
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -128,6 +134,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "EPI_BOXES": epi_boxes(p),
         "PINGPONG": pingpong(p),
         "SWAP_AB": swap_ab(p),
+        "SNAKE": bool(p.get("SNAKE", False)),
     }
 
 

@@ -81,7 +81,8 @@ def task_spec(path: Path, workload: Workload, task: Task, stored: dict[str, Any]
     spec = parse_spec(raw, f"{Path(workload.path).with_suffix('')}.yaml")
     if not _computes(spec, task.problem):
         raise SpecError(str(path), "template", f"no template of its space computes {task.name}")
-    starts = [s for s in warm_starts(spec.template, nearest_entries(task, stored)) if _fits(spec, s)]
+    fitted = (_fitted(spec, s) for s in warm_starts(spec.template, nearest_entries(task, stored)))
+    starts = [s for s in fitted if s is not None]
     if starts:
         spec = parse_spec({**raw, "start_from": starts}, spec.path)
     return spec
@@ -99,28 +100,34 @@ def _computes(spec: Any, problem: Any) -> bool:
     return any(problem.dtype in t.dtypes and (not t.layouts or problem.layout in t.layouts) for t in infos)
 
 
-def _fits(spec: Any, params: dict[str, Any]) -> bool:
-    """Whether a stored winner's parameters are a configuration of ``spec``'s space."""
+def _fitted(spec: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored winner's parameters as a configuration of ``spec``'s space, or None where they are none. A parameter
+    the winner predates (absent from it, in the space) takes its template's default: what the winner ran with."""
     from ..kernels import FAMILIES
 
     class Missing(Exception):
         pass
 
+    template = params.get("TEMPLATE", spec.template)
+    info = FAMILIES[spec.kernel].templates.get(template)
+    defaults = dict(info.defaults) if info is not None else {}
+
     def choose(p: Any) -> Any:
-        v = params.get(p.name, Missing)
+        v = params.get(p.name, defaults.get(p.name, Missing))
         if v is Missing or not any(type(x) is type(v) and x == v for x in p.values):
             raise Missing
         return v
 
     try:
         chosen = spec.space.walk(choose)
-        return (
-            set(chosen) == set(params)
+        fits = (
+            set(params) <= set(chosen)
             and not spec.space.violated(chosen)
             and (FAMILIES[spec.kernel].check(spec.template, chosen) is None)
         )
+        return dict(chosen) if fits else None
     except Exception:  # noqa: BLE001 - any mismatch means "not a start point", never an error
-        return False
+        return None
 
 
 FINAL_MINUTES = 0.15  # what re-timing one problem's finalists and its vendor costs, charged to its first slice

@@ -2,7 +2,8 @@
 divides (the TMA's zero fill and the predicated epilogue), K shorter than a stage, alpha/beta on a relaunch, and
 the refusal of rows that are not whole 16 bytes; staging in boxes (EPI_BOXES) and pingpong consumers; tile widths
 that are no multiple of 64 (BN 176, 208, 80; 176, 112, 240 with the TMA store); SWAP_AB (C^T = B^T A^T); a split tail
-(SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch."""
+(SPLIT) on tiles that fill the GPU in part and on a wave plus a few, summing to the same bits on every launch; the
+walk turned back (SNAKE)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,13 @@ CONFIGS = [
     dict(WG, STAGES=3, TMA_STORE=True, L2_PROMOTION=0),
     dict(WG, BM=192, BN=192, CONSUMERS=3, CLUSTER_M=2, TMA_STORE=True, EPI_BOXES=1, L2_PROMOTION=128),
     *SWAP,
+    # SNAKE (a block's every other tile walks K backwards, every other group of RASTER rows its columns right to
+    # left; 2040 x 2056 has 144 such tiles, so some blocks walk a second, backwards): stored by TMA, block pairs of
+    # 192 x 176 from registers, pingpong consumers, a split tail's runs backwards
+    dict(WG, STAGES=3, RASTER=3, TMA_STORE=True, SNAKE=True),
+    dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, RASTER=2, CLUSTER_M=2, SNAKE=True),
+    dict(WG, BN=112, STAGES=4, RASTER=3, TMA_STORE=True, PINGPONG=True, SNAKE=True),
+    dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, SPLIT=4, SNAKE=True),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
@@ -85,6 +93,7 @@ def _needs_sm90(settings):
         + ("pp" if p.get("PINGPONG") else "")
         + (f"l2p{p['L2_PROMOTION']}" if "L2_PROMOTION" in p else "")
         + ("swap" if p.get("SWAP_AB") else "")
+        + ("snake" if p.get("SNAKE") else "")
     ),
 )
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):

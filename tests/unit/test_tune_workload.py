@@ -50,6 +50,19 @@ def test_plan_uses_a_stored_winner_that_fits_as_a_start_point():
     assert [c.as_dict() for c in spec.start_from] == [start]
 
 
+def test_a_stored_winner_that_predates_a_parameter_starts_with_its_template_default():
+    """A wgmma winner stored before SNAKE (and EPI_BOXES, PINGPONG, ...) existed ran with their defaults: it is a
+    start point of the fp16 space, those parameters filled in; one with a value the space lacks is not."""
+    old = {"BM": 128, "BN": 256, "CONSUMERS": 2, "STAGES": 3, "RASTER": 8, "CLUSTER_M": 1, "TMA_STORE": True}
+    w = _workload({"kernel": "gemm", "dtype": "float16", "layout": "NN", "shape": "8000x8000x8000", "time_share": 1})
+    stored = {"float16/NN/8192x8192x8192": {"verified": True, "template": "wgmma", "params": old}}
+    (start,) = plan(w, lambda kernel: stored).specs[w.tasks[0]].start_from
+    assert start.as_dict() == {"TEMPLATE": "wgmma", **old, "SPLIT": 1, "EPI_BOXES": 0, "PINGPONG": False,
+                               "L2_PROMOTION": 256, "SWAP_AB": False, "SNAKE": False}  # fmt: skip
+    stored["float16/NN/8192x8192x8192"]["params"] = dict(old, RASTER=5)  # not among the space's RASTER values
+    assert plan(w, lambda kernel: stored).specs[w.tasks[0]].start_from == ()
+
+
 def test_named_space_that_does_not_exist_skips_with_its_reason():
     w = _workload({"kernel": "conv2d", "dtype": "float32", "shape": CONV, "time_share": 1},
                   spaces={"conv2d/float32": "configs/nope.yaml"})  # fmt: skip

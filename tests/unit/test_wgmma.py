@@ -58,6 +58,9 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
             "bfloat16",
             None,
         ),
+        # SNAKE: every other tile's K backwards (a split tail's runs too), every other row group right to left
+        (dict(GOOD, STAGES=3, RASTER=16, TMA_STORE=True, L2_PROMOTION=0, SNAKE=True), "NN", "float16", 168),
+        (dict(GOOD, BM=64, BN=80, CONSUMERS=1, STAGES=6, SPLIT=4, SNAKE=True), "TT", "bfloat16", None),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
