@@ -46,6 +46,13 @@ SNAKE (optional, default False) turns the walk back for L2: a block's every othe
 wave's first stages are those the wave before read last, and every other group of RASTER tile rows walks its columns
 right to left (4096^3 in 128 x 256 tiles walked 16 rows at a time read 116 MB from DRAM with it, 144 without).
 
+EVICT_A, EVICT_B, EVICT_C (optional, default normal: no hint) give the TMA copies of A's and B's tiles and C's TMA
+store an L2 eviction priority, last or first: L2 keeps A's panels, which the next wave of a RASTER group reads again,
+and lets B's (one wave's) and C's (written once) go first::
+
+    >>> check(dict(p, EVICT_A="last", EVICT_B="first")) is None, check(dict(p, EVICT_C="keep"))[:33]
+    (True, 'EVICT_A, EVICT_B and EVICT_C must')
+
 SPLIT > 1 (optional, default 1; CLUSTER_M = 1) splits the tail: the tiles past the last whole wave of blocks (all
 of them when there are fewer tiles than blocks) are cut along K into SPLIT equal runs, which the blocks take in turn
 after their whole tiles, neighbouring tiles' same runs side by side (so concurrent blocks read the same stages of K);
@@ -83,14 +90,19 @@ PARAMS = (
     "L2_PROMOTION",
     "SWAP_AB",
     "SNAKE",
+    "EVICT_A",
+    "EVICT_B",
+    "EVICT_C",
 )
 # these came after winners were stored: at their defaults (or absent) the kernel renders and is named as before
 DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("SPLIT", 1), ("EPI_BOXES", 0), ("PINGPONG", False), ("L2_PROMOTION", 256), ("SWAP_AB", False),
-    ("SNAKE", False),
+    ("SNAKE", False), ("EVICT_A", "normal"), ("EVICT_B", "normal"), ("EVICT_C", "normal"),
 )  # fmt: skip
+EVICTIONS = ("normal", "last", "first")  # L2 eviction priority of an operand's lines (normal: no hint)
 KINDS = (("TMA_STORE", "bool"), ("PINGPONG", "bool"), ("EPI_BOXES", "int>=0"), ("L2_PROMOTION", "int>=0"),
-         ("SWAP_AB", "bool"), ("SNAKE", "bool"))  # fmt: skip
+         ("SWAP_AB", "bool"), ("SNAKE", "bool"),
+         *((f"EVICT_{x}", "choice:" + ",".join(EVICTIONS)) for x in "ABC"))  # fmt: skip
 DESCRIPTION = "sm_90a warpgroup MMA (wgmma) fed by TMA, warp-specialized producer/consumers, persistent blocks"
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -135,6 +147,7 @@ def derived(params: Params, variant: dict[str, Any] | None = None) -> dict[str, 
         "PINGPONG": pingpong(p),
         "SWAP_AB": swap_ab(p),
         "SNAKE": bool(p.get("SNAKE", False)),
+        **{f"EVICT_{x}": p.get(f"EVICT_{x}", "normal") for x in "ABC"},
     }
 
 
@@ -202,6 +215,8 @@ def check(params: Params, limits: DeviceLimits = SM90) -> str | None:
     if l2_promotion(p) not in tuple(PROMOTIONS) or isinstance(l2_promotion(p), bool):
         sizes = ", ".join(map(str, PROMOTIONS))
         return f"L2_PROMOTION must be one of {sizes} (bytes of an L2 fetch of A and B; 0: none)"
+    if any(p.get(f"EVICT_{x}", "normal") not in EVICTIONS for x in "ABC"):
+        return "EVICT_A, EVICT_B and EVICT_C must each be normal, last or first (the L2 eviction priority of its lines)"
     if not 2 <= p["STAGES"] <= MAX_STAGES:
         return f"STAGES must be 2 to {MAX_STAGES}"
     if p["RASTER"] < 1:

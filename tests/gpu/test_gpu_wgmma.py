@@ -63,6 +63,10 @@ CONFIGS = [
     dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, RASTER=2, CLUSTER_M=2, SNAKE=True),
     dict(WG, BN=112, STAGES=4, RASTER=3, TMA_STORE=True, PINGPONG=True, SNAKE=True),
     dict(WG, BN=128, CONSUMERS=1, STAGES=5, RASTER=3, SPLIT=4, SNAKE=True),
+    # L2 hints (EVICT_*): A's lines kept, B's and C's let go first, stored by TMA; block pairs multicasting B with a
+    # hint, stored from registers
+    dict(WG, STAGES=3, RASTER=3, TMA_STORE=True, SNAKE=True, EVICT_A="last", EVICT_B="first", EVICT_C="first"),
+    dict(WG, BM=192, BN=176, CONSUMERS=3, STAGES=3, RASTER=2, CLUSTER_M=2, EVICT_A="first", EVICT_B="last"),
     # a split tail: 1000^3's 32 tiles all in 2 runs; 2040 x 2056's 12 tiles past a wave of 132 in 2 runs; and 8 runs
     # of 128 x 128 tiles with one consumer (fewer where K has fewer stages)
     dict(WG, STAGES=3, TMA_STORE=True, SPLIT=2),
@@ -94,6 +98,7 @@ def _needs_sm90(settings):
         + (f"l2p{p['L2_PROMOTION']}" if "L2_PROMOTION" in p else "")
         + ("swap" if p.get("SWAP_AB") else "")
         + ("snake" if p.get("SNAKE") else "")
+        + "".join(f"e{x.lower()}{p[f'EVICT_{x}']}" for x in "ABC" if f"EVICT_{x}" in p)
     ),
 )
 def test_wgmma_is_correct_for_every_dtype_and_layout(settings, dtype, layout, params):

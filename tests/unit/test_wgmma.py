@@ -20,6 +20,7 @@ from tests.sweep import case_cover
 from tests.template_checks import assert_compiles_for_sm90, assert_refused_twice
 
 GOOD = dict(BM=128, BN=256, CONSUMERS=2, STAGES=4, RASTER=8, CLUSTER_M=1, TMA_STORE=False)
+HINTS = dict(EVICT_A="last", EVICT_B="first", EVICT_C="first")  # L2 eviction priorities of A's, B's and C's lines
 
 
 def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
@@ -61,6 +62,10 @@ def rendered(p, layout, dtype="float16", shape=(4096, 4096, 4096)):
         # SNAKE: every other tile's K backwards (a split tail's runs too), every other row group right to left
         (dict(GOOD, STAGES=3, RASTER=16, TMA_STORE=True, L2_PROMOTION=0, SNAKE=True), "NN", "float16", 168),
         (dict(GOOD, BM=64, BN=80, CONSUMERS=1, STAGES=6, SPLIT=4, SNAKE=True), "TT", "bfloat16", None),
+        # L2 hints on the TMA copies and stores: A's kept, B's and C's let go first; block pairs' multicast of B
+        (dict(GOOD, STAGES=3, RASTER=16, TMA_STORE=True, SNAKE=True, **HINTS), "NT", "bfloat16", 168),
+        (dict(GOOD, BM=192, BN=176, CONSUMERS=3, STAGES=3, CLUSTER_M=2, TMA_STORE=True, **HINTS), "NN", "float16", 128),
+        (dict(GOOD, BN=128, CONSUMERS=1, STAGES=3, CLUSTER_M=2, EVICT_A="first", EVICT_B="last"), "TT", "float16", 0),
     ],  # fmt: skip
 )
 def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, registers):
@@ -93,6 +98,7 @@ def test_configurations_compile_for_sm90a_without_spills(params, layout, dtype, 
         (dict(EPI_BOXES=1), ["EPI_BOXES", "TMA_STORE"]),
         (dict(BN=128, STAGES=3, PINGPONG=True, CLUSTER_M=2), ["PINGPONG", "CLUSTER_M = 1"]),
         (dict(STAGES=3, PINGPONG=True), ["BM x BN", "accumulators"]),
+        (dict(EVICT_B="keep"), ["EVICT_B", "normal, last or first"]),
     ],  # fmt: skip
 )
 def test_a_broken_configuration_is_refused_by_the_check_and_the_template(change, words):
