@@ -254,7 +254,7 @@ def test_a_quick_run_never_writes_over_the_committed_numbers(tmp_path, monkeypat
 
 
 def test_benchmarks_holds_no_log_and_fewer_than_45_files():
-    # a benchmark is a script, its JSON and its CSV: 11 benchmarks, two probes, the replays' runs, one README
+    # a benchmark is a script, its JSON and its CSV: 11 benchmarks, three probes, the replays' runs, one README
     try:
         files = subprocess.run(["git", "ls-files", "benchmarks"], cwd=ROOT, capture_output=True, text=True,
                                check=True, timeout=60).stdout.split()  # fmt: skip
