@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # power_ceiling
 import power_ceiling as pc  # noqa: E402
 
 from autotune.core.device import current_gpu  # noqa: E402
+from autotune.core.errors import AutotuneError  # noqa: E402
 from autotune.core.space import Config  # noqa: E402
 from autotune.kernels import FAMILIES  # noqa: E402
 from autotune.measure.bench import L2Flusher, time_launches  # noqa: E402
@@ -91,11 +92,19 @@ def main() -> int:
     ap.add_argument("--fixup", type=int, default=0, metavar="KB", help="also time a KB-sized partial's exchange")
     ap.add_argument("--out", type=Path, help="write the rounds' times as JSON here")
     args = ap.parse_args()
-    gpu, fam, flush = current_gpu(), FAMILIES["gemm"], L2Flusher()
+    dims = args.shape.split("x")
+    if len(dims) != 3 or not all(d.isdigit() and int(d) > 0 for d in dims):
+        print(f"--shape {args.shape!r} is not MxNxK with positive integers, e.g. 4096x4096x4096")
+        return 2
+    base, n, k = dims[0], int(dims[1]), int(dims[2])
+    try:
+        gpu = current_gpu()
+    except AutotuneError as exc:
+        print(f"probe_last_wave: {exc}")
+        return 2
+    fam, flush = FAMILIES["gemm"], L2Flusher()
     nvml = pc.Nvml() if args.seconds > 0 else None
     stored = read(tuned_file(Path("tuned"), gpu.key, "gemm"))["entries"]
-    _, n, k = (int(x) for x in args.shape.split("x"))
-    base = args.shape.split("x")[0]
     out = {"gpu": gpu.name, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "cases": []}
     for dtype in args.dtype:
         entry = stored.get(f"{dtype}/NN/{args.shape}")
